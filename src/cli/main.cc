@@ -1,0 +1,6 @@
+#include <cstdio>
+
+int main() {
+  std::puts("deepinfer");
+  return 0;
+}

@@ -1,0 +1,42 @@
+// Error handling: user-facing problems (bad files, bad config, bad requests) are
+// `deepinfer::Error` exceptions carrying a complete one-line message; callers at the
+// boundary (CLI, server) catch and report them. Internal invariants use DI_CHECK,
+// which names the file and line so a broken invariant is never mistaken for bad input.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace deepinfer {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+template <typename... Args>
+std::string Concat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+[[noreturn]] void CheckFailed(const char* file, int line, const char* condition, const std::string& message);
+}  // namespace detail
+
+// Builds an Error from streamable pieces: throw MakeError("tensor ", name, ": expected ", n).
+template <typename... Args>
+Error MakeError(const Args&... args) {
+  return Error(detail::Concat(args...));
+}
+
+}  // namespace deepinfer
+
+#define DI_CHECK(condition, ...)                                                                     \
+  do {                                                                                               \
+    if (!(condition)) {                                                                              \
+      ::deepinfer::detail::CheckFailed(__FILE__, __LINE__, #condition,                               \
+                                       ::deepinfer::detail::Concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                                \
+  } while (0)

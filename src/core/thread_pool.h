@@ -1,0 +1,47 @@
+// A persistent pool of worker threads with static partitioning.
+//
+// ParallelFor splits [0, n) into one contiguous range per thread (the caller's thread takes
+// the first), so a given thread count always assigns the same rows to the same thread and
+// nothing about the result depends on timing. Work functions must not throw across threads;
+// the first exception is captured and rethrown on the calling thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace deepinfer {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means one per hardware thread.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls body(begin, end) on disjoint ranges covering [0, n). Blocks until all are done.
+  void ParallelFor(size_t n, const std::function<void(size_t begin, size_t end)>& body);
+
+ private:
+  void WorkerLoop(int worker_index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const std::function<void(size_t, size_t)>* body_ = nullptr;
+  size_t total_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr first_error_;
+};
+
+}  // namespace deepinfer
