@@ -1,6 +1,54 @@
+// deepinfer: the command-line front end. Each subcommand lives in its own file; this one
+// only dispatches and turns errors into one-line messages.
 #include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
 
-int main() {
-  std::puts("deepinfer");
-  return 0;
+#include "cli/chat_template_command.h"
+#include "cli/generate_command.h"
+#include "cli/tokenize_command.h"
+#include "core/error.h"
+
+namespace {
+
+void PrintUsage() {
+  std::fputs(
+      "usage: deepinfer <command> [flags]\n"
+      "  generate       run the model on a prompt (default: the embedded tiny V4.1 model)\n"
+      "  inspect        print a model's config, layer roles, tensors and validation result\n"
+      "  tokenize       encode text to token ids or decode ids to text\n"
+      "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
+      "run 'deepinfer <command> --help' for a command's flags\n",
+      stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage();
+    return 2;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (command == "generate") return deepinfer::RunGenerateCommand(args);
+    if (command == "inspect") return deepinfer::RunInspectCommand(args);
+    if (command == "tokenize") return deepinfer::RunTokenizeCommand(args);
+    if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
+    if (command == "--help" || command == "-h" || command == "help") {
+      PrintUsage();
+      return 0;
+    }
+    std::fprintf(stderr, "deepinfer: unknown command '%s'\n", command.c_str());
+    PrintUsage();
+    return 2;
+  } catch (const deepinfer::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

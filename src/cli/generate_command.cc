@@ -1,0 +1,282 @@
+#include "cli/generate_command.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "chat/chat_encoding.h"
+#include "cli/default_model.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+struct GenerateOptions {
+  std::string model;  // empty: the embedded default
+  std::string prompt_ids;
+  std::string prompt;
+  bool chat = false;
+  int64_t max_tokens = -1;
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  int64_t max_context = 0;
+  std::string dump_logits;
+  bool show_ids = false;
+  bool ignore_eos = false;
+};
+
+// One registry of flags: name, whether it takes a value, help, and how it is stored.
+struct Flag {
+  const char* name;
+  const char* value_name;  // nullptr for switches
+  const char* help;
+  std::function<void(GenerateOptions&, const std::string&)> set;
+};
+
+int64_t ParseInt(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int64_t parsed = 0;
+  try {
+    parsed = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty()) throw MakeError(flag, ": expected an integer, got '", value, "'");
+  return parsed;
+}
+
+const std::vector<Flag>& GenerateFlags() {
+  static const std::vector<Flag> flags = {
+      {"--model", "DIR", "model directory (default: the embedded tiny model)",
+       [](GenerateOptions& o, const std::string& v) { o.model = v; }},
+      {"--prompt-ids", "1,2,3", "prompt as comma-separated token ids",
+       [](GenerateOptions& o, const std::string& v) { o.prompt_ids = v; }},
+      {"--prompt", "TEXT", "prompt text (tokenized with the model's tokenizer.json)",
+       [](GenerateOptions& o, const std::string& v) { o.prompt = v; }},
+      {"--chat", nullptr, "wrap --prompt as one user turn in the V4.1 chat format",
+       [](GenerateOptions& o, const std::string&) { o.chat = true; }},
+      {"--max-tokens", "N", "number of tokens to generate (required)",
+       [](GenerateOptions& o, const std::string& v) { o.max_tokens = ParseInt("--max-tokens", v); }},
+      {"--temperature", "T", "0 = greedy (default); > 0 samples",
+       [](GenerateOptions& o, const std::string& v) {
+         try {
+           size_t used = 0;
+           o.temperature = std::stof(v, &used);
+           if (used != v.size()) throw std::invalid_argument(v);
+         } catch (const std::exception&) {
+           throw MakeError("--temperature: expected a number, got '", v, "'");
+         }
+       }},
+      {"--seed", "S", "sampling seed (default 0)",
+       [](GenerateOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseInt("--seed", v)); }},
+      {"--threads", "N", "worker threads (default: all cores)",
+       [](GenerateOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseInt("--threads", v)); }},
+      {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
+       [](GenerateOptions& o, const std::string& v) { o.max_context = ParseInt("--max-context", v); }},
+      {"--dump-logits", "FILE.npy",
+       "write fp32 logits, one row per prompt position then one per generated token fed back",
+       [](GenerateOptions& o, const std::string& v) { o.dump_logits = v; }},
+      {"--show-ids", nullptr, "also print the generated token ids",
+       [](GenerateOptions& o, const std::string&) { o.show_ids = true; }},
+      {"--ignore-eos", nullptr, "keep generating after the end-of-sentence token",
+       [](GenerateOptions& o, const std::string&) { o.ignore_eos = true; }},
+  };
+  return flags;
+}
+
+void PrintGenerateHelp(std::ostream& out) {
+  out << "usage: deepinfer generate [flags]\n";
+  for (const Flag& f : GenerateFlags()) {
+    std::string left = std::string("  ") + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
+    out << left << std::string(left.size() < 28 ? 28 - left.size() : 1, ' ') << f.help << "\n";
+  }
+}
+
+GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
+  GenerateOptions options;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Flag* flag = nullptr;
+    for (const Flag& f : GenerateFlags()) {
+      if (args[i] == f.name) flag = &f;
+    }
+    if (flag == nullptr) throw MakeError("generate: unknown argument '", args[i], "' (see deepinfer generate --help)");
+    if (flag->value_name != nullptr) {
+      if (i + 1 >= args.size()) throw MakeError(flag->name, ": missing value ", flag->value_name);
+      flag->set(options, args[++i]);
+    } else {
+      flag->set(options, "");
+    }
+  }
+  if (options.max_tokens < 0) throw MakeError("generate: --max-tokens N is required (N >= 0)");
+  if (options.prompt_ids.empty() == options.prompt.empty()) {
+    throw MakeError("generate: give exactly one of --prompt-ids and --prompt");
+  }
+  if (options.chat && options.prompt.empty()) throw MakeError("generate: --chat applies to --prompt text");
+  if (options.temperature < 0) throw MakeError("--temperature must be >= 0");
+  return options;
+}
+
+std::vector<int32_t> ParseIdList(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    const int64_t id = ParseInt("--prompt-ids", item);
+    if (id < 0 || id > INT32_MAX) throw MakeError("--prompt-ids: token id ", id, " is out of range");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  if (ids.empty()) throw MakeError("--prompt-ids: no token ids given");
+  return ids;
+}
+
+std::optional<Tokenizer> LoadTokenizerIfPresent(const std::string& model_dir) {
+  const std::filesystem::path path = std::filesystem::path(model_dir) / "tokenizer.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return Tokenizer::FromFile(path.string());
+}
+
+std::string ModelDirOrDefault(const std::string& model) {
+  return model.empty() ? MaterializeDefaultModel() : model;
+}
+
+}  // namespace
+
+int RunGenerateCommand(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      PrintGenerateHelp(std::cout);
+      return 0;
+    }
+  }
+  const GenerateOptions options = ParseGenerateOptions(args);
+  const std::string model_dir = ModelDirOrDefault(options.model);
+  ModelOptions model_options;
+  model_options.max_context = options.max_context;
+  const std::unique_ptr<Model> model = Model::Load(model_dir, model_options);
+  const std::optional<Tokenizer> tokenizer = LoadTokenizerIfPresent(model_dir);
+
+  std::vector<int32_t> prompt;
+  if (!options.prompt.empty()) {
+    if (!tokenizer) throw MakeError(model_dir, ": --prompt needs tokenizer.json in the model directory");
+    std::string text = options.prompt;
+    if (options.chat) {
+      ChatMessage user;
+      user.role = "user";
+      user.content = options.prompt;
+      text = RenderChatPrompt({user}, ChatOptions{});
+    }
+    prompt = tokenizer->Encode(text);
+  } else {
+    prompt = ParseIdList(options.prompt_ids);
+  }
+  if (prompt.empty()) throw MakeError("generate: the prompt is empty");
+  for (int32_t id : prompt) {
+    if (id >= model->config().vocab_size) {
+      throw MakeError("generate: prompt token id ", id, " is outside the model's vocabulary of ",
+                      model->config().vocab_size, " (the embedded tiny model only knows ids below ",
+                      model->config().vocab_size, "; use --prompt-ids or --model)");
+    }
+  }
+
+  ThreadPool pool(options.threads);
+  const size_t vocab = model->config().vocab_size;
+  const bool dump = !options.dump_logits.empty();
+  SequenceState state = model->NewSequence();
+  Rng rng(options.seed);
+  SamplingParams sampling{options.temperature};
+  std::vector<float> dumped;
+  std::vector<int32_t> generated;
+
+  ForwardItem item{&state, prompt, dump};
+  std::vector<float> logits = model->Forward({&item, 1}, pool);
+  if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
+  for (int64_t step = 0; step < options.max_tokens; ++step) {
+    const std::span<const float> last(logits.data() + logits.size() - vocab, vocab);
+    const int32_t token = SampleToken(last, sampling, rng);
+    generated.push_back(token);
+    if (tokenizer) {
+      std::cout << tokenizer->Decode(std::span<const int32_t>(&token, 1)) << std::flush;
+    }
+    if ((token == model->config().eos_token_id && !options.ignore_eos) || step + 1 == options.max_tokens) break;
+    ForwardItem next{&state, std::span<const int32_t>(&generated.back(), 1), dump};
+    logits = model->Forward({&next, 1}, pool);
+    if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
+  }
+  if (tokenizer) std::cout << "\n";
+  if (options.show_ids || !tokenizer) {
+    std::cout << "ids:";
+    for (int32_t id : generated) std::cout << " " << id;
+    std::cout << "\n";
+  }
+  if (dump) WriteNpyFloat32(options.dump_logits, {dumped.size() / vocab, vocab}, dumped.data());
+  return 0;
+}
+
+int RunInspectCommand(const std::vector<std::string>& args) {
+  std::string model;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--model" && i + 1 < args.size()) {
+      model = args[++i];
+    } else {
+      throw MakeError("inspect: unknown argument '", args[i], "' (usage: deepinfer inspect [--model DIR])");
+    }
+  }
+  const std::string model_dir = ModelDirOrDefault(model);
+  const ModelConfig c = LoadModelConfig(model_dir);
+  std::printf("model: %s\nconfig: %s\n", model_dir.c_str(), c.source.c_str());
+  std::printf("vocab %lld, hidden %lld, layers %d (+%d DSpark), heads %d x %lld (rope %lld), q_lora %lld, "
+              "o_groups %d x %lld, window %d\n",
+              static_cast<long long>(c.vocab_size), static_cast<long long>(c.hidden_size), c.num_layers,
+              c.num_mtp_layers, c.num_heads, static_cast<long long>(c.head_dim),
+              static_cast<long long>(c.rope_head_dim), static_cast<long long>(c.q_lora_rank), c.o_groups,
+              static_cast<long long>(c.o_lora_rank), c.window_size);
+  std::printf("experts %d routed (top %d, %s, scale %.3g) + %d shared, width %lld; hc %d; weights %s, experts %s\n",
+              c.n_routed_experts, c.num_experts_per_tok, c.scoring_func.c_str(), c.routed_scaling_factor,
+              c.n_shared_experts, static_cast<long long>(c.moe_intermediate_size), c.hc_mult, c.weight_dtype.c_str(),
+              c.expert_dtype.c_str());
+  std::printf("indexer %d heads x %lld, top-k %d; candidates: source %d, %d blocks of %d\n", c.index_n_heads,
+              static_cast<long long>(c.index_head_dim), c.index_topk, c.candidate_source_layer,
+              c.candidate_topk_blocks, c.candidate_block_size);
+  std::printf("\nlayer ratio role                           kv-from index-from extras\n");
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerRole& r = c.roles[i];
+    std::string role = r.compress_ratio == 0 ? "sliding window"
+                       : r.kv_source          ? "KV source (compressor, index keys)"
+                       : r.index_source       ? "reindex"
+                                              : "reuse";
+    if (r.index_source && r.kv_source) role += " + index";
+    if (r.candidate_source) role += " + candidates";
+    if (r.uses_candidates) role += " (candidate-constrained)";
+    std::printf("%5d %5d %-30s %7d %10d %s\n", i, r.compress_ratio, role.c_str(), r.kv_source_layer,
+                r.index_source_layer, r.engram_index >= 0 ? "engram" : "");
+  }
+  const Checkpoint checkpoint = Checkpoint::Open(model_dir);
+  std::printf("\ntensors (%zu):\n", checkpoint.size());
+  for (const std::string& name : checkpoint.Names()) {
+    const TensorInfo* t = checkpoint.Find(name);
+    std::printf("  %-60s %-8s %-16s %s\n", name.c_str(), std::string(DTypeName(t->dtype)).c_str(),
+                t->ShapeString().c_str(), std::filesystem::path(t->file).filename().c_str());
+  }
+  const std::vector<std::string> problems = CheckTensors(c, checkpoint);
+  if (problems.empty()) {
+    std::printf("\nvalidation: OK (every tensor the config implies is present with the expected dtype and shape)\n");
+    return 0;
+  }
+  std::printf("\nvalidation: %zu problem(s)\n", problems.size());
+  for (const std::string& p : problems) std::printf("  %s\n", p.c_str());
+  return 1;
+}
+
+}  // namespace deepinfer

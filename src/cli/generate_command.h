@@ -1,0 +1,17 @@
+// `deepinfer generate` and `deepinfer inspect`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace deepinfer {
+
+// deepinfer generate [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT [--chat]) --max-tokens N
+//                    [--temperature T] [--seed S] [--threads N] [--max-context N]
+//                    [--dump-logits FILE.npy] [--show-ids] [--ignore-eos]
+int RunGenerateCommand(const std::vector<std::string>& args);
+
+// deepinfer inspect [--model DIR]: config summary, layer roles, tensor table, validation.
+int RunInspectCommand(const std::vector<std::string>& args);
+
+}  // namespace deepinfer

@@ -1,0 +1,110 @@
+#include "cli/tokenize_command.h"
+
+#include <charconv>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: deepinfer tokenize (--tokenizer FILE | --model DIR) (--text T | --file F | --decode 1,2,3)";
+
+// Bad command lines, reported with the usage line and exit code 2.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct TokenizeOptions {
+  std::string tokenizer_path;
+  std::optional<std::string> text;
+  std::optional<std::string> file;
+  std::optional<std::string> decode;
+};
+
+TokenizeOptions ParseOptions(const std::vector<std::string>& args) {
+  TokenizeOptions options;
+  std::optional<std::string> tokenizer;
+  std::optional<std::string> model;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    std::optional<std::string>* target = flag == "--tokenizer" ? &tokenizer
+                                         : flag == "--model"   ? &model
+                                         : flag == "--text"    ? &options.text
+                                         : flag == "--file"    ? &options.file
+                                         : flag == "--decode"  ? &options.decode
+                                                               : nullptr;
+    if (target == nullptr) throw UsageError("unknown argument \"" + flag + "\"");
+    if (i + 1 == args.size()) throw UsageError(flag + " needs a value");
+    if (target->has_value()) throw UsageError(flag + " given twice");
+    *target = args[++i];
+  }
+  if (tokenizer.has_value() == model.has_value()) throw UsageError("give exactly one of --tokenizer and --model");
+  options.tokenizer_path = tokenizer ? *tokenizer : *model + "/tokenizer.json";
+  const int inputs = options.text.has_value() + options.file.has_value() + options.decode.has_value();
+  if (inputs != 1) throw UsageError("give exactly one of --text, --file and --decode");
+  return options;
+}
+
+std::vector<int32_t> ParseIds(const std::string& list, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  std::istringstream items(list);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t begin = item.find_first_not_of(' ');
+    const size_t end = item.find_last_not_of(' ');
+    const std::string trimmed = begin == std::string::npos ? "" : item.substr(begin, end - begin + 1);
+    int64_t id = -1;
+    const auto [rest, status] = std::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), id);
+    if (trimmed.empty() || status != std::errc() || rest != trimmed.data() + trimmed.size()) {
+      throw UsageError("--decode: \"" + item + "\" is not a token id (expected comma-separated integers)");
+    }
+    if (id < 0 || static_cast<uint64_t>(id) >= tokenizer.size()) {
+      throw UsageError("--decode: id " + std::to_string(id) + " is outside the tokenizer (ids 0.." +
+                       std::to_string(tokenizer.size() - 1) + ")");
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+std::string ReadInputFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw MakeError("--file: cannot open \"", path, "\"");
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+}  // namespace
+
+int RunTokenizeCommand(const std::vector<std::string>& args) { return RunTokenizeCommand(args, std::cout, std::cerr); }
+
+int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  try {
+    const TokenizeOptions options = ParseOptions(args);
+    const Tokenizer tokenizer = Tokenizer::FromFile(options.tokenizer_path);
+    if (options.decode) {
+      out << tokenizer.Decode(ParseIds(*options.decode, tokenizer)) << '\n';
+      return 0;
+    }
+    const std::vector<int32_t> ids = tokenizer.Encode(options.text ? *options.text : ReadInputFile(*options.file));
+    for (size_t i = 0; i < ids.size(); ++i) out << (i == 0 ? "" : " ") << ids[i];
+    out << '\n';
+    return 0;
+  } catch (const UsageError& error) {
+    err << "deepinfer tokenize: " << error.what() << '\n' << kUsage << '\n';
+    return 2;
+  } catch (const Error& error) {
+    err << "deepinfer tokenize: " << error.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,70 @@
+#include "kernels/cpu/linear.h"
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  DI_CHECK(w.quantized(), "QuantizedLinear needs an FP8 or FP4 weight");
+  DI_CHECK(w.cols % kQuantBlock == 0, "K=", w.cols, " is not a multiple of ", kQuantBlock);
+  const int64_t k_blocks = w.cols / kQuantBlock;
+  // Act-quantize every input row once: e4m3 code values as fp32 plus per-block scales.
+  std::vector<float> x_codes(m * w.cols);
+  std::vector<float> x_scales(m * k_blocks);
+  {
+    std::vector<uint8_t> codes(w.cols);
+    for (int64_t r = 0; r < m; ++r) {
+      QuantizeFP8PowerOfTwo({x + r * w.cols, static_cast<size_t>(w.cols)}, kQuantBlock, codes,
+                            {x_scales.data() + r * k_blocks, static_cast<size_t>(k_blocks)});
+      for (int64_t c = 0; c < w.cols; ++c) x_codes[r * w.cols + c] = E4M3ToFloat(codes[c]);
+    }
+  }
+  pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
+    std::vector<float> w_row(w.cols);
+    std::vector<float> w_scales(k_blocks);
+    for (size_t n = begin; n < end; ++n) {
+      w.UnscaledRow(n, w_row.data());
+      for (int64_t kb = 0; kb < k_blocks; ++kb) w_scales[kb] = w.BlockScale(n, kb);
+      for (int64_t r = 0; r < m; ++r) {
+        const float* xr = x_codes.data() + r * w.cols;
+        const float* sr = x_scales.data() + r * k_blocks;
+        float acc = 0.0f;
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          float partial = 0.0f;
+          const int64_t k0 = kb * kQuantBlock;
+          for (int64_t k = k0; k < k0 + kQuantBlock; ++k) partial += xr[k] * w_row[k];
+          acc += partial * sr[kb] * w_scales[kb];
+        }
+        y[r * w.rows + n] = RoundToBF16(acc);
+      }
+    }
+  });
+}
+
+void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                 ThreadPool& pool) {
+  pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
+    std::vector<float> w_row(w.cols);
+    for (size_t n = begin; n < end; ++n) {
+      w.DequantizedRow(n, w_row.data());
+      for (int64_t r = 0; r < m; ++r) {
+        const float* xr = x + r * w.cols;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < w.cols; ++k) acc += xr[k] * w_row[k];
+        y[r * w.rows + n] = round_to_bf16 ? RoundToBF16(acc) : acc;
+      }
+    }
+  });
+}
+
+void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  if (w.quantized()) {
+    QuantizedLinear(w, x, m, y, pool);
+  } else {
+    DenseLinear(w, x, m, y, /*round_to_bf16=*/true, pool);
+  }
+}
+
+}  // namespace deepinfer

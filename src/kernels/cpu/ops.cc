@@ -1,0 +1,79 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/numeric.h"
+
+namespace deepinfer {
+
+void RmsNorm(const float* x, int64_t n, const float* weight, float eps, float* out) {
+  float sum_squares = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum_squares += x[i] * x[i];
+  const float inv_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundToBF16(weight[i] * (x[i] * inv_rms));
+}
+
+void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin, bool inverse) {
+  for (size_t i = 0; i < cos.size(); ++i) {
+    const float re = x[2 * i];
+    const float im = x[2 * i + 1];
+    const float c = cos[i];
+    const float s = inverse ? -sin[i] : sin[i];
+    x[2 * i] = RoundToBF16(re * c - im * s);
+    x[2 * i + 1] = RoundToBF16(re * s + im * c);
+  }
+}
+
+void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
+                             const float* sink, float softmax_scale, float* out) {
+  const size_t count = entries.size();
+  std::vector<float> scores(kSparseAttentionBlock);
+  std::vector<float> acc(dim);
+  std::vector<float> block_acc(dim);
+  for (int h = 0; h < heads; ++h) {
+    const float* qh = q + h * dim;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    float running_max = -1e30f;  // finite, so a query with no entry yields zeros, not NaN
+    float sum_exp = 0.0f;
+    for (size_t start = 0; start < count; start += kSparseAttentionBlock) {
+      const size_t block = std::min<size_t>(kSparseAttentionBlock, count - start);
+      float block_max = -INFINITY;
+      for (size_t k = 0; k < block; ++k) {
+        const float* kv = entries[start + k];
+        if (kv == nullptr) {
+          scores[k] = -INFINITY;
+          continue;
+        }
+        float dot = 0.0f;
+        for (int64_t d = 0; d < dim; ++d) dot += qh[d] * kv[d];
+        scores[k] = dot * softmax_scale;
+        block_max = std::max(block_max, scores[k]);
+      }
+      const float new_max = std::max(running_max, block_max);
+      const float rescale = std::exp(running_max - new_max);
+      float block_sum = 0.0f;
+      for (size_t k = 0; k < block; ++k) {
+        scores[k] = std::exp(scores[k] - new_max);
+        block_sum += scores[k];
+      }
+      sum_exp = sum_exp * rescale + block_sum;
+      // The block's P.V is summed on its own, then added to the rescaled accumulator.
+      std::fill(block_acc.begin(), block_acc.end(), 0.0f);
+      for (size_t k = 0; k < block; ++k) {
+        const float* kv = entries[start + k];
+        if (kv == nullptr) continue;
+        const float p = RoundToBF16(scores[k]);
+        for (int64_t d = 0; d < dim; ++d) block_acc[d] += p * kv[d];
+      }
+      for (int64_t d = 0; d < dim; ++d) acc[d] = acc[d] * rescale + block_acc[d];
+      running_max = new_max;
+    }
+    sum_exp += std::exp(sink[h] - running_max);
+    for (int64_t d = 0; d < dim; ++d) out[h * dim + d] = RoundToBF16(acc[d] / sum_exp);
+  }
+}
+
+}  // namespace deepinfer

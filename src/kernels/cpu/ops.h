@@ -1,0 +1,28 @@
+// Scalar reference implementations of the small V4.1 ops. Inputs hold bf16-exact values as
+// fp32 unless stated; each op rounds its output where the reference stores bf16.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace deepinfer {
+
+// RMSNorm: bf16(weight * (x * rsqrt(mean(x^2) + eps))), statistics in fp32.
+void RmsNorm(const float* x, int64_t n, const float* weight, float eps, float* out);
+
+// Rotates adjacent pairs (x[2i], x[2i+1]) of `x` (length 2 * cos.size()) by the angle whose
+// cos/sin are given (the conjugate when `inverse`), in fp32, rounding the results to bf16.
+void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin, bool inverse);
+
+// Sparse attention of one query over gathered K=V rows with a per-head sink logit, the
+// reference kernel's numerics: online softmax over blocks of 64 entries, probabilities
+// rounded to bf16 relative to the running maximum before P.V, fp32 denominator, bf16 output.
+// `entries` lists the KV rows in order; nullptr marks an empty slot (it still occupies its
+// place in a block of 64). q is [heads, dim], out is [heads, dim].
+inline constexpr int kSparseAttentionBlock = 64;
+void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
+                             const float* sink, float softmax_scale, float* out);
+
+inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+}  // namespace deepinfer

@@ -1,0 +1,290 @@
+// V4.1 attention (spec 3.5): low-rank Q, the shared K=V latent over a sliding window, plus
+// (compress ratio > 0) the group's compressed KV at the positions the indexer selected.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/ops.h"
+#include "model/model_internal.h"
+
+namespace deepinfer {
+namespace {
+
+// RoPE on the trailing `rope_dim` of each of `heads` vectors of `head_dim` in `row`.
+void RopeHeads(float* row, int heads, int64_t head_dim, const RopeTable& table, int64_t position, bool inverse) {
+  const int64_t pairs = table.pairs();
+  std::vector<float> cos(pairs), sin(pairs);
+  table.CosSin(position, cos.data(), sin.data());
+  for (int h = 0; h < heads; ++h) ApplyRope(row + h * head_dim + head_dim - 2 * pairs, cos, sin, inverse);
+}
+
+// Indices of the `k` highest finite scores, ties to the lower index, returned ascending.
+std::vector<int32_t> TopKFinite(const std::vector<float>& scores, size_t k) {
+  std::vector<int32_t> order;
+  for (size_t t = 0; t < scores.size(); ++t) {
+    if (scores[t] != -INFINITY) order.push_back(static_cast<int32_t>(t));
+  }
+  k = std::min(k, order.size());
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+// Level one of the two-level top-k: keep the best `topk_blocks` blocks of `block_size`
+// entries (a block scores its best entry), always keeping the block of the newest visible
+// entry. Entries past `visible` are -inf already.
+std::vector<uint8_t> SelectCandidateBlocks(const std::vector<float>& scores, int64_t visible, int topk_blocks,
+                                           int block_size) {
+  const int64_t width = static_cast<int64_t>(scores.size());
+  const int64_t blocks = (width + block_size - 1) / block_size;
+  std::vector<float> block_scores(blocks, -INFINITY);
+  for (int64_t t = 0; t < width; ++t) block_scores[t / block_size] = std::max(block_scores[t / block_size], scores[t]);
+  if (visible > 0) block_scores[(visible - 1) / block_size] = INFINITY;
+  const std::vector<int32_t> kept = TopKFinite(block_scores, static_cast<size_t>(topk_blocks));
+  std::vector<uint8_t> mask(width, 0);
+  for (int32_t b : kept) {
+    for (int64_t t = b * static_cast<int64_t>(block_size); t < std::min(width, (b + 1) * int64_t{block_size}); ++t) {
+      mask[t] = 1;
+    }
+  }
+  return mask;
+}
+
+}  // namespace
+
+void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x, std::vector<float>& out,
+                      SharedIndex& shared, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const LayerRole& role = c.roles[layer];
+  const RopeTable& rope = RopeFor(role.compress_ratio);
+  const int64_t rows = batch.size();
+  const int heads = c.num_heads;
+  const int64_t head_dim = c.head_dim;
+  const float eps = static_cast<float>(c.norm_eps);
+  const int window = c.window_size;
+
+  // Q: wq_a -> q_norm -> wq_b, RoPE on each head's trailing rope dims.
+  std::vector<float> qr(rows * c.q_lora_rank), qr_normed(rows * c.q_lora_rank);
+  Linear(w.wq_a, x.data(), rows, qr.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    RmsNorm(qr.data() + r * c.q_lora_rank, c.q_lora_rank, w.q_norm.data(), eps, qr_normed.data() + r * c.q_lora_rank);
+  }
+  std::vector<float> q(rows * heads * head_dim);
+  Linear(w.wq_b, qr_normed.data(), rows, q.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) RopeHeads(q.data() + r * heads * head_dim, heads, head_dim, rope, batch.rows[r].position, false);
+
+  // K = V: wkv -> kv_norm -> RoPE -> FP8 QDQ of the whole vector (the window KV format).
+  std::vector<float> kv_raw(rows * head_dim), kv(rows * head_dim);
+  Linear(w.wkv, x.data(), rows, kv_raw.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = kv.data() + r * head_dim;
+    RmsNorm(kv_raw.data() + r * head_dim, head_dim, w.kv_norm.data(), eps, row);
+    RopeHeads(row, 1, head_dim, rope, batch.rows[r].position, false);
+    QdqFP8PowerOfTwo({row, static_cast<size_t>(head_dim)}, kQuantBlock);
+  }
+
+  if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, pool);
+
+  // Each query attends over its window (oldest first, the reference's decode layout) and
+  // the compressed entries its index source picked.
+  std::vector<float> o(rows * heads * head_dim);
+  const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+    std::vector<const float*> entries;
+    for (size_t r = begin; r < end; ++r) {
+      const Batch::Row& row = batch.rows[r];
+      const SequenceState& state = *batch.items[row.item]->state;
+      const int64_t start = batch.start(row.item);
+      const LayerCache& cache = state.layers[layer];
+      entries.clear();
+      for (int64_t pos = row.position - window + 1; pos <= row.position; ++pos) {
+        if (pos < 0) {
+          entries.push_back(nullptr);
+        } else if (pos >= start) {
+          entries.push_back(kv.data() + (batch.first_row[row.item] + pos - start) * head_dim);
+        } else {
+          entries.push_back(cache.window.data() + (pos % window) * head_dim);
+        }
+      }
+      if (role.compress_ratio > 0) {
+        const std::vector<float>& compressed = state.layers[role.kv_source_layer].compressed_kv;
+        for (int32_t index : shared.topk[r]) entries.push_back(compressed.data() + index * head_dim);
+      }
+      SparseAttentionWithSink(q.data() + r * heads * head_dim, heads, head_dim, entries, w.attn_sink.data(),
+                              softmax_scale, o.data() + r * heads * head_dim);
+      RopeHeads(o.data() + r * heads * head_dim, heads, head_dim, rope, row.position, /*inverse=*/true);
+    }
+  });
+
+  // Grouped wo_a (block-diagonal over o_groups, bf16 x bf16, no act quant), then wo_b.
+  const int64_t group_in = heads * head_dim / c.o_groups;
+  std::vector<float> grouped(rows * c.o_groups * c.o_lora_rank);
+  std::vector<float> group_input(rows * group_in), group_output(rows * c.o_lora_rank);
+  for (int g = 0; g < c.o_groups; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(o.begin() + r * heads * head_dim + g * group_in, group_in, group_input.begin() + r * group_in);
+    }
+    DenseLinear(w.wo_a.RowSlice(g * c.o_lora_rank, c.o_lora_rank), group_input.data(), rows, group_output.data(),
+                /*round_to_bf16=*/true, pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(group_output.begin() + r * c.o_lora_rank, c.o_lora_rank,
+                  grouped.begin() + r * c.o_groups * c.o_lora_rank + g * c.o_lora_rank);
+    }
+  }
+  out.resize(rows * c.hidden_size);
+  Linear(w.wo_b, grouped.data(), rows, out.data(), pool);
+
+  // The window ring keeps each sequence's newest `window` positions.
+  for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
+    LayerCache& cache = batch.items[i]->state->layers[layer];
+    const int64_t start = batch.start(i);
+    for (int64_t t = std::max<int64_t>(0, batch.count(i) - window); t < batch.count(i); ++t) {
+      std::copy_n(kv.begin() + (batch.first_row[i] + t) * head_dim, head_dim,
+                  cache.window.begin() + ((start + t) % window) * head_dim);
+    }
+  }
+}
+
+void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x,
+                             const std::vector<float>& qr, SharedIndex& shared, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const LayerRole& role = c.roles[layer];
+  const int ratio = role.compress_ratio;
+  const int64_t rows = batch.size();
+  const int64_t head_dim = c.head_dim;
+  const int64_t index_dim = c.index_head_dim;
+  const float eps = static_cast<float>(c.norm_eps);
+
+  if (role.kv_source) {
+    // Pre-RoPE latents of the groups completing in this call, per item in group order.
+    struct NewGroup {
+      int item;
+      int64_t group;
+      std::vector<float> latent;
+    };
+    std::vector<NewGroup> groups;
+    if (ratio == 1) {
+      std::vector<float> projected(rows * head_dim);
+      Linear(w.compressor_wkv, x.data(), rows, projected.data(), pool);  // bf16 weights, bf16 GEMM
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> latent(head_dim);
+        RmsNorm(projected.data() + r * head_dim, head_dim, w.compressor_norm.data(), eps, latent.data());
+        groups.push_back({batch.rows[r].item, batch.rows[r].position, std::move(latent)});
+      }
+    } else {
+      // fp32 projections and a per-channel softmax gate over each group of `ratio` tokens.
+      std::vector<float> kv(rows * head_dim), gate(rows * head_dim);
+      DenseLinear(w.compressor_wkv, x.data(), rows, kv.data(), /*round_to_bf16=*/false, pool);
+      DenseLinear(w.compressor_wgate, x.data(), rows, gate.data(), /*round_to_bf16=*/false, pool);
+      for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
+        LayerCache& cache = batch.items[i]->state->layers[layer];
+        const int64_t first = batch.first_row[i];
+        cache.pending_kv.insert(cache.pending_kv.end(), kv.begin() + first * head_dim,
+                                kv.begin() + (first + batch.count(i)) * head_dim);
+        cache.pending_gate.insert(cache.pending_gate.end(), gate.begin() + first * head_dim,
+                                  gate.begin() + (first + batch.count(i)) * head_dim);
+        const int64_t pending = static_cast<int64_t>(cache.pending_kv.size()) / head_dim;
+        const int64_t complete = pending / ratio;
+        const int64_t first_group = (batch.start(i) + batch.count(i) - pending) / ratio;
+        for (int64_t g = 0; g < complete; ++g) {
+          std::vector<float> pooled(head_dim), latent(head_dim);
+          for (int64_t d = 0; d < head_dim; ++d) {
+            float max_score = -INFINITY;
+            for (int t = 0; t < ratio; ++t) max_score = std::max(max_score, cache.pending_gate[((g * ratio) + t) * head_dim + d]);
+            float weights[16];
+            DI_CHECK(ratio <= 16, "compress ratio ", ratio, " above 16 is not supported");
+            float sum = 0.0f;
+            for (int t = 0; t < ratio; ++t) {
+              weights[t] = std::exp(cache.pending_gate[((g * ratio) + t) * head_dim + d] - max_score);
+              sum += weights[t];
+            }
+            float acc = 0.0f;
+            for (int t = 0; t < ratio; ++t) acc += cache.pending_kv[((g * ratio) + t) * head_dim + d] * (weights[t] / sum);
+            pooled[d] = RoundToBF16(acc);
+          }
+          RmsNorm(pooled.data(), head_dim, w.compressor_norm.data(), eps, latent.data());
+          groups.push_back({i, first_group + g, std::move(latent)});
+        }
+        cache.pending_kv.erase(cache.pending_kv.begin(), cache.pending_kv.begin() + complete * ratio * head_dim);
+        cache.pending_gate.erase(cache.pending_gate.begin(), cache.pending_gate.begin() + complete * ratio * head_dim);
+      }
+    }
+    // Index keys come from the pre-RoPE latent; the cached entry is RoPE'd then FP4-QDQ'd.
+    const int64_t count = static_cast<int64_t>(groups.size());
+    if (count > 0) {
+      std::vector<float> latents(count * head_dim), keys(count * index_dim);
+      for (int64_t g = 0; g < count; ++g) std::copy(groups[g].latent.begin(), groups[g].latent.end(), latents.begin() + g * head_dim);
+      Linear(w.indexer_wk, latents.data(), count, keys.data(), pool);
+      for (int64_t g = 0; g < count; ++g) {
+        LayerCache& cache = batch.items[groups[g].item]->state->layers[layer];
+        DI_CHECK(static_cast<int64_t>(cache.compressed_kv.size()) == groups[g].group * head_dim,
+                 "compressed KV of layer ", layer, " out of step at group ", groups[g].group);
+        const int64_t group_position = groups[g].group * ratio;
+        std::vector<float> key(index_dim);
+        RmsNorm(keys.data() + g * index_dim, index_dim, w.indexer_k_norm.data(), eps, key.data());
+        RopeHeads(key.data(), 1, index_dim, compress_rope_, group_position, false);
+        QdqFP4PowerOfTwo(key, kQuantBlock);
+        cache.index_keys.insert(cache.index_keys.end(), key.begin(), key.end());
+        std::vector<float>& latent = groups[g].latent;
+        RopeHeads(latent.data(), 1, head_dim, compress_rope_, group_position, false);
+        QdqFP4E4M3Scale(latent, 16);
+        cache.compressed_kv.insert(cache.compressed_kv.end(), latent.begin(), latent.end());
+      }
+    }
+  }
+
+  if (!role.index_source) return;
+  // Indexer: fp32 scores of FP4 queries against the KV source's FP4 keys (the HF-port
+  // semantics), visibility, the candidate filter, then top-k per query.
+  const int index_heads = c.index_n_heads;
+  std::vector<float> q(rows * index_heads * index_dim);
+  Linear(w.indexer_wq_b, qr.data(), rows, q.data(), pool);
+  std::vector<float> head_weights(rows * index_heads);
+  Linear(w.indexer_weights_proj, x.data(), rows, head_weights.data(), pool);
+  const float weight_scale = static_cast<float>(std::pow(static_cast<double>(index_dim), -0.5) *
+                                                std::pow(static_cast<double>(index_heads), -0.5));
+  pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+    std::vector<float> scores;
+    for (size_t r = begin; r < end; ++r) {
+      const Batch::Row& row = batch.rows[r];
+      float* qrow = q.data() + r * index_heads * index_dim;
+      RopeHeads(qrow, index_heads, index_dim, compress_rope_, row.position, false);
+      QdqFP4PowerOfTwo({qrow, static_cast<size_t>(index_heads * index_dim)}, kQuantBlock);
+      const std::vector<float>& keys = batch.items[row.item]->state->layers[role.kv_source_layer].index_keys;
+      const int64_t visible = (row.position + 1) / ratio;
+      DI_CHECK(static_cast<int64_t>(keys.size()) >= visible * index_dim, "index keys of layer ",
+               role.kv_source_layer, " hold fewer than ", visible, " entries");
+      scores.assign(visible, 0.0f);
+      for (int64_t t = 0; t < visible; ++t) {
+        const float* key = keys.data() + t * index_dim;
+        float total = 0.0f;
+        for (int h = 0; h < index_heads; ++h) {
+          const float* qh = qrow + h * index_dim;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < index_dim; ++d) dot += qh[d] * key[d];
+          total += std::max(dot, 0.0f) * (head_weights[r * index_heads + h] * weight_scale);
+        }
+        scores[t] = total;
+      }
+      if (role.candidate_source) {
+        shared.candidates[r] = SelectCandidateBlocks(scores, visible, c.candidate_topk_blocks, c.candidate_block_size);
+      } else if (role.uses_candidates) {
+        const std::vector<uint8_t>& mask = shared.candidates[r];
+        for (int64_t t = 0; t < visible; ++t) {
+          if (t >= static_cast<int64_t>(mask.size()) || !mask[t]) scores[t] = -INFINITY;
+        }
+      }
+      shared.topk[r] = TopKFinite(scores, static_cast<size_t>(c.index_topk));
+    }
+  });
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,91 @@
+#include "model/model.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "tokenizer/engram_token_map.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+// Shape constraints the quantizers impose (every act-quant and QDQ works on whole blocks).
+void CheckQuantizableShapes(const ModelConfig& c) {
+  std::vector<std::string> problems;
+  auto require = [&](int64_t value, int64_t multiple, const char* what) {
+    if (value % multiple != 0) {
+      problems.push_back(std::string(what) + " = " + std::to_string(value) + " is not a multiple of " +
+                         std::to_string(multiple));
+    }
+  };
+  require(c.hidden_size, 32, "hidden_size");
+  require(c.q_lora_rank, 32, "q_lora_rank");
+  require(c.head_dim, 32, "head_dim (window KV FP8 blocks)");
+  require(c.head_dim, 16, "head_dim (compressed KV FP4 blocks)");
+  require(c.index_head_dim, 32, "index_head_dim (indexer FP4 blocks)");
+  require(c.moe_intermediate_size, 32, "moe_intermediate_size");
+  require(c.o_lora_rank, 32, "o_lora_rank");
+  require(c.num_heads * c.head_dim / std::max(c.o_groups, 1), 32, "heads * head_dim / o_groups");
+  if (!c.engram_layer_ids.empty()) require(c.engram_head_dim, 32, "engram_head_dim");
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const LayerRole& role = c.roles[layer];
+    if (role.uses_candidates && c.roles[c.candidate_source_layer].kv_source_layer != role.kv_source_layer) {
+      problems.push_back("layer " + std::to_string(layer) + " filters by the candidates of layer " +
+                         std::to_string(c.candidate_source_layer) + " but reads a different KV source");
+    }
+  }
+  if (!problems.empty()) {
+    std::string message = c.source + ": unsupported shapes:";
+    for (const std::string& p : problems) message += " " + p + ";";
+    throw Error(message);
+  }
+}
+
+}  // namespace
+
+Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, std::optional<EngramHasher> hasher,
+             int64_t max_context)
+    : config_(std::move(config)),
+      checkpoint_(std::move(checkpoint)),
+      weights_(std::move(weights)),
+      hasher_(std::move(hasher)),
+      main_rope_(config_.rope_head_dim, config_.rope_theta, 0, 1.0, config_.beta_fast, config_.beta_slow),
+      compress_rope_(config_.rope_head_dim, config_.compress_rope_theta, config_.original_seq_len,
+                     config_.rope_factor, config_.beta_fast, config_.beta_slow),
+      max_context_(max_context) {}
+
+std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOptions& options) {
+  ModelConfig config = LoadModelConfig(model_dir);
+  CheckQuantizableShapes(config);
+  Checkpoint checkpoint = Checkpoint::Open(model_dir);
+  ModelWeights weights = BindWeights(config, checkpoint, model_dir);
+  std::optional<EngramHasher> hasher;
+  if (!config.engram_layer_ids.empty()) {
+    const std::string tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+    if (!std::filesystem::exists(tokenizer_path)) {
+      throw MakeError(model_dir, ": the config has Engram layers, whose hash needs the tokenizer's compressed "
+                      "token map, but ", tokenizer_path, " does not exist");
+    }
+    EngramTokenMap map = BuildEngramTokenMap(Tokenizer::FromFile(tokenizer_path));
+    hasher.emplace(config, std::move(map.compressed_id), map.compressed_vocab_size);
+  }
+  int64_t max_context = config.max_position_embeddings;
+  if (options.max_context > 0) {
+    if (options.max_context > config.max_position_embeddings) {
+      throw MakeError("maximum context ", options.max_context, " exceeds the model's max_position_embeddings ",
+                      config.max_position_embeddings);
+    }
+    max_context = options.max_context;
+  }
+  return std::unique_ptr<Model>(
+      new Model(std::move(config), std::move(checkpoint), std::move(weights), std::move(hasher), max_context));
+}
+
+SequenceState Model::NewSequence() const {
+  SequenceState state;
+  state.layers.resize(config_.num_layers);
+  for (LayerCache& cache : state.layers) cache.window.assign(config_.window_size * config_.head_dim, 0.0f);
+  return state;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,97 @@
+// The DeepSeek-V4.1 backbone on the CPU: load a released checkpoint directory and run
+// batched forwards of independent sequences.
+//
+// A forward takes any number of sequences, each appending any number of tokens at its own
+// position (whole-prompt prefill, chunked prefill, single-token decode and multi-token
+// steps are all the same call). Every per-token computation has a fixed operation order
+// that does not depend on which other tokens share the call, so a sequence's logits are
+// bit-identical whether it runs alone or batched, and whatever the chunking.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/engram_hash.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+// Everything a sequence carries between forwards (spec section 4.1). Values are the
+// QDQ'd ones the reference holds, kept as fp32 numbers that are exactly bf16.
+struct LayerCache {
+  std::vector<float> window;         // [window_size, head_dim] ring; position p in slot p % window_size
+  std::vector<float> compressed_kv;  // KV sources: [entries, head_dim], RoPE'd and FP4-QDQ'd
+  std::vector<float> index_keys;     // KV sources: [entries, index_head_dim], RoPE'd and FP4-QDQ'd
+  std::vector<float> pending_kv;     // ratio > 1 sources: projections of the incomplete group, fp32
+  std::vector<float> pending_gate;
+};
+
+struct SequenceState {
+  int64_t length = 0;  // tokens already processed; the next token sits at this position
+  std::vector<LayerCache> layers;
+  std::vector<int32_t> engram_recent;  // compressed ids of the last lookback tokens, oldest first
+};
+
+struct ForwardItem {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> tokens;  // appended at state->length
+  bool all_logits = false;          // logits for every token, or only the last
+};
+
+struct ModelOptions {
+  int64_t max_context = 0;  // 0: the config's max_position_embeddings
+};
+
+class Model {
+ public:
+  // Loads `<dir>/config.json` (or inference/config.json), the safetensors and, when the
+  // config has Engram layers, `<dir>/tokenizer.json` for the compressed token map.
+  static std::unique_ptr<Model> Load(const std::string& model_dir, const ModelOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  int64_t max_context() const { return max_context_; }
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+
+  SequenceState NewSequence() const;
+
+  // Returns fp32 logits, [rows, vocab]: per item in order, every token's row when
+  // all_logits, else the last token's. Throws Error on bad input (token id out of range,
+  // context exceeded) before any state changes.
+  std::vector<float> Forward(std::span<const ForwardItem> items, ThreadPool& pool) const;
+
+ private:
+  Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, std::optional<EngramHasher> hasher,
+        int64_t max_context);
+
+  struct Batch;
+  struct SharedIndex;
+
+  void ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t>& hash_ids, std::vector<float>& streams,
+                   ThreadPool& pool) const;
+  void RunBlock(int layer, const Batch& batch, std::vector<float>& streams, std::vector<float>& pre_mix,
+                SharedIndex& shared, ThreadPool& pool) const;
+  void Attention(int layer, const Batch& batch, const std::vector<float>& x, std::vector<float>& out,
+                 SharedIndex& shared, ThreadPool& pool) const;
+  void CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x, const std::vector<float>& qr,
+                        SharedIndex& shared, ThreadPool& pool) const;
+  void Moe(int layer, const std::vector<float>& x, int64_t rows, std::vector<float>& out, ThreadPool& pool) const;
+  const RopeTable& RopeFor(int compress_ratio) const { return compress_ratio > 0 ? compress_rope_ : main_rope_; }
+
+  ModelConfig config_;
+  Checkpoint checkpoint_;
+  ModelWeights weights_;
+  std::optional<EngramHasher> hasher_;
+  RopeTable main_rope_;
+  RopeTable compress_rope_;
+  int64_t max_context_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,35 @@
+// Per-forward data shared by the model's translation units (not part of the public API).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace deepinfer {
+
+// The tokens of one forward, flattened: row r is token `rows[r]` of item `rows[r].item`.
+struct Model::Batch {
+  struct Row {
+    int item;
+    int64_t position;
+    int32_t token;
+  };
+  std::vector<Row> rows;
+  std::vector<const ForwardItem*> items;
+  std::vector<int64_t> first_row;  // per item: index of its first row
+
+  int64_t size() const { return static_cast<int64_t>(rows.size()); }
+  int64_t start(int item) const { return items[item]->state->length; }
+  int64_t count(int item) const { return static_cast<int64_t>(items[item]->tokens.size()); }
+};
+
+// What index sources hand down the stack within one forward ("shared_attn" of the
+// reference): per row, the compressed entries the latest index source selected, and the
+// candidate mask of the candidate source.
+struct Model::SharedIndex {
+  std::vector<std::vector<int32_t>> topk;
+  std::vector<std::vector<uint8_t>> candidates;
+};
+
+}  // namespace deepinfer

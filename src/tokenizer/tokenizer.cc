@@ -1,0 +1,253 @@
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <unordered_map>
+#include <utility>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "tokenizer/added_vocabulary.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace deepinfer {
+namespace {
+
+using Json = nlohmann::json;
+
+enum class IdKind : uint8_t { kNone, kVocab, kAdded, kSpecial };
+
+const Json& Field(const Json& object, const char* key, const std::string& where, const std::string& origin) {
+  if (!object.is_object() || !object.contains(key)) {
+    throw MakeError(origin, ": ", where, ": expected a field \"", key, "\"");
+  }
+  return object.at(key);
+}
+
+bool OptionalBool(const Json& object, const char* key, bool fallback) {
+  const auto it = object.find(key);
+  return it == object.end() || it->is_null() ? fallback : it->get<bool>();
+}
+
+bool IsNullOrEmptyString(const Json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty());
+}
+
+void RequireNoNormalizer(const Json& root, const std::string& origin) {
+  const auto it = root.find("normalizer");
+  if (it == root.end() || it->is_null()) return;
+  if (it->value("type", "") == "Sequence" && it->value("normalizers", Json::array()).empty()) return;
+  throw MakeError(origin, ": normalizer: expected null or an empty Sequence, got type \"", it->value("type", "?"),
+                  "\" (normalizers are not supported)");
+}
+
+// Reads the pre-tokenizer: regex Split steps (behavior Isolated) then ByteLevel without regex.
+std::vector<RegexSplitSequence::Step> ReadPreTokenizer(const Json& root, const std::string& origin) {
+  const Json& pre_tokenizer = Field(root, "pre_tokenizer", "tokenizer", origin);
+  std::vector<Json> steps;
+  if (pre_tokenizer.value("type", "") == "Sequence") {
+    for (const Json& step : Field(pre_tokenizer, "pretokenizers", "pre_tokenizer", origin)) steps.push_back(step);
+  } else {
+    steps.push_back(pre_tokenizer);
+  }
+  std::vector<RegexSplitSequence::Step> splits;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Json& step = steps[i];
+    const std::string where = "pre_tokenizer step " + std::to_string(i);
+    const std::string type = step.value("type", "");
+    const bool last = i + 1 == steps.size();
+    if (type == "ByteLevel" && last) {
+      if (OptionalBool(step, "add_prefix_space", false) || OptionalBool(step, "use_regex", true)) {
+        throw MakeError(origin, ": ", where, ": expected ByteLevel with add_prefix_space=false and use_regex=false");
+      }
+      return splits;
+    }
+    if (type != "Split") {
+      throw MakeError(origin, ": ", where, ": expected a Split step or a final ByteLevel step, got \"", type, "\"");
+    }
+    if (step.value("behavior", "") != "Isolated" || OptionalBool(step, "invert", false)) {
+      throw MakeError(origin, ": ", where, ": expected behavior \"Isolated\" and invert=false");
+    }
+    const Json& pattern = Field(step, "pattern", where, origin);
+    if (pattern.contains("Regex")) {
+      splits.push_back({pattern.at("Regex").get<std::string>(), true});
+    } else if (pattern.contains("String")) {
+      splits.push_back({pattern.at("String").get<std::string>(), false});
+    } else {
+      throw MakeError(origin, ": ", where, ": pattern: expected {\"Regex\": ...} or {\"String\": ...}");
+    }
+  }
+  throw MakeError(origin, ": pre_tokenizer: expected the last step to be ByteLevel");
+}
+
+std::vector<std::pair<std::string, std::string>> ReadMerges(const Json& model, const std::string& origin) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  const Json& list = Field(model, "merges", "model", origin);
+  merges.reserve(list.size());
+  for (size_t rank = 0; rank < list.size(); ++rank) {
+    const Json& merge = list[rank];
+    if (merge.is_array() && merge.size() == 2) {
+      merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+      continue;
+    }
+    const std::string text = merge.is_string() ? merge.get<std::string>() : std::string();
+    const size_t space = text.find(' ');
+    if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
+      throw MakeError(origin, ": model.merges[", rank, "]: expected \"left right\" or [left, right]");
+    }
+    merges.emplace_back(text.substr(0, space), text.substr(space + 1));
+  }
+  return merges;
+}
+
+void RequireSupportedModel(const Json& model, const std::string& origin) {
+  if (model.value("type", "BPE") != "BPE") {
+    throw MakeError(origin, ": model.type: expected \"BPE\", got \"", model.value("type", ""), "\"");
+  }
+  const auto null_or_absent = [&](const char* key) { return !model.contains(key) || model.at(key).is_null(); };
+  if (!null_or_absent("dropout") || !null_or_absent("unk_token") || OptionalBool(model, "byte_fallback", false) ||
+      !IsNullOrEmptyString(model, "continuing_subword_prefix") || !IsNullOrEmptyString(model, "end_of_word_suffix")) {
+    throw MakeError(origin,
+                    ": model: expected dropout, unk_token, continuing_subword_prefix and end_of_word_suffix unset and "
+                    "byte_fallback=false (byte-level BPE)");
+  }
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  ByteLevelAlphabet alphabet;
+  std::unordered_map<std::string, int32_t> id_by_token;
+  std::vector<std::string> token_by_id;
+  std::vector<IdKind> kind_by_id;
+  std::unique_ptr<BpeModel> bpe;
+  std::unique_ptr<RegexSplitSequence> splitter;
+  std::unique_ptr<AddedTokenMatcher> added_tokens;
+
+  void SetToken(int32_t id, const std::string& token, IdKind kind) {
+    if (static_cast<size_t>(id) >= token_by_id.size()) {
+      token_by_id.resize(id + 1);
+      kind_by_id.resize(id + 1, IdKind::kNone);
+    }
+    token_by_id[id] = token;
+    kind_by_id[id] = kind;
+  }
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::FromFile(const std::string& path) {
+  const MappedFile file(path);
+  return FromJsonText(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path);
+}
+
+Tokenizer Tokenizer::FromJsonText(std::string_view json, const std::string& origin) {
+  Json root;
+  try {
+    root = Json::parse(json);
+  } catch (const Json::exception& error) {
+    throw MakeError(origin, ": not valid JSON: ", error.what());
+  }
+  auto impl = std::make_unique<Impl>();
+  try {
+    RequireNoNormalizer(root, origin);
+    const Json& model = Field(root, "model", "tokenizer", origin);
+    RequireSupportedModel(model, origin);
+    const Json& decoder = Field(root, "decoder", "tokenizer", origin);
+    if (decoder.value("type", "") != "ByteLevel") {
+      throw MakeError(origin, ": decoder: expected type \"ByteLevel\", got \"", decoder.value("type", ""), "\"");
+    }
+    std::unordered_map<std::string, int32_t> vocab;
+    for (const auto& [token, id_json] : Field(model, "vocab", "model", origin).items()) {
+      const int64_t id = id_json.get<int64_t>();
+      if (id < 0 || id > INT32_MAX - 1) throw MakeError(origin, ": model.vocab[\"", token, "\"]: id ", id, " out of range");
+      vocab.emplace(token, static_cast<int32_t>(id));
+      impl->SetToken(static_cast<int32_t>(id), token, IdKind::kVocab);
+    }
+    impl->id_by_token = vocab;
+
+    std::vector<AddedToken> added_tokens;
+    const auto added_it = root.find("added_tokens");
+    for (const Json& entry : added_it == root.end() ? Json::array() : *added_it) {
+      const std::string where = "added_tokens entry";
+      AddedToken token{Field(entry, "id", where, origin).get<int32_t>(),
+                       Field(entry, "content", where, origin).get<std::string>(),
+                       OptionalBool(entry, "special", false),
+                       OptionalBool(entry, "single_word", false),
+                       OptionalBool(entry, "lstrip", false),
+                       OptionalBool(entry, "rstrip", false),
+                       OptionalBool(entry, "normalized", !OptionalBool(entry, "special", false))};
+      if (token.id < 0) throw MakeError(origin, ": added token \"", token.content, "\": negative id ", token.id);
+      impl->SetToken(token.id, token.content, token.special ? IdKind::kSpecial : IdKind::kAdded);
+      impl->id_by_token[token.content] = token.id;
+      added_tokens.push_back(std::move(token));
+    }
+    impl->bpe = std::make_unique<BpeModel>(vocab, ReadMerges(model, origin), OptionalBool(model, "ignore_merges", false),
+                                           impl->alphabet, origin);
+    impl->splitter = std::make_unique<RegexSplitSequence>(ReadPreTokenizer(root, origin), origin);
+    impl->added_tokens = std::make_unique<AddedTokenMatcher>(added_tokens);
+  } catch (const Json::exception& error) {
+    throw MakeError(origin, ": unexpected tokenizer.json structure: ", error.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
+size_t Tokenizer::size() const { return impl_->token_by_id.size(); }
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
+  std::string repaired;
+  if (!IsValidUtf8(text)) {
+    repaired = Utf8Lossy(text);
+    text = repaired;
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  std::vector<std::string_view> words;
+  for (const AddedTokenMatcher::Segment& segment : impl_->added_tokens->Split(text)) {
+    if (segment.added_token_id >= 0) {
+      ids.push_back(segment.added_token_id);
+      continue;
+    }
+    words.clear();
+    impl_->splitter->Split(segment.text, words);
+    for (const std::string_view word : words) impl_->bpe->EncodeWord(word, ids);
+  }
+  return ids;
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  std::string bytes;
+  for (const int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->token_by_id.size()) continue;
+    const IdKind kind = impl_->kind_by_id[id];
+    if (kind == IdKind::kNone || (skip_special_tokens && kind == IdKind::kSpecial)) continue;
+    impl_->alphabet.AppendTokenBytes(impl_->token_by_id[id], bytes);
+  }
+  return Utf8Lossy(bytes);
+}
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  const auto it = impl_->id_by_token.find(std::string(token));
+  if (it == impl_->id_by_token.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Tokenizer::IdToToken(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->token_by_id.size() || impl_->kind_by_id[id] == IdKind::kNone) {
+    throw MakeError("token id ", id, " is not in the tokenizer (size ", size(), ")");
+  }
+  return impl_->token_by_id[id];
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->kind_by_id.size() && impl_->kind_by_id[id] == IdKind::kSpecial;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,56 @@
+// A byte-level BPE tokenizer read from an HF `tokenizer.json`, reproducing HF `tokenizers`:
+// `Encode` equals `Tokenizer.encode(text, add_special_tokens=False).ids` and `Decode` equals
+// `Tokenizer.decode(ids, skip_special_tokens=...)`. Supported files: BPE model, no (or empty)
+// normalizer, a pre-tokenizer of regex `Split` steps (behavior Isolated) followed by
+// ByteLevel(use_regex=false), and a ByteLevel decoder -- the DeepSeek V3/V4 layout.
+//
+// Input that is not valid UTF-8 is first repaired the way Python's
+// `bytes.decode("utf-8", "replace")` does it (each maximal invalid subsequence becomes
+// U+FFFD), so Encode(bytes) == HF encode(bytes.decode("utf-8", "replace")).
+//
+// A Tokenizer is immutable after loading and safe to use from many threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer {
+
+class Tokenizer {
+ public:
+  static Tokenizer FromFile(const std::string& path);
+  // `origin` names the source in error messages (usually the file path).
+  static Tokenizer FromJsonText(std::string_view json, const std::string& origin);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Number of ids, added tokens included: the largest id plus one (HF `len(tokenizer)`).
+  size_t size() const;
+
+  std::vector<int32_t> Encode(std::string_view text) const;
+
+  // Ids that name no token are skipped, as HF does. The result is valid UTF-8: token bytes
+  // that do not form valid UTF-8 become U+FFFD per maximal invalid subsequence.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // The stored token text (byte-level alphabet for vocabulary tokens); throws for unknown ids.
+  std::string IdToToken(int32_t id) const;
+  bool IsSpecial(int32_t id) const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

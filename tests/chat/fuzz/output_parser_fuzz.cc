@@ -1,0 +1,78 @@
+// libFuzzer target: on arbitrary bytes the streaming parser must not crash, must give the same
+// result for every chunking as for the whole text, and must not lose text outside tool blocks.
+// Input layout: byte 0 bit 0 = thinking mode, bytes 0-1 seed the chunk sizes, the rest is the text.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "chat/chat_tokens.h"
+#include "chat/output_parser.h"
+
+namespace {
+
+using deepinfer::ChatOutputDelta;
+using deepinfer::ChatOutputParser;
+
+bool Same(const ChatOutputDelta& a, const ChatOutputDelta& b) {
+  return a.reasoning_content == b.reasoning_content && a.content == b.content && a.tool_calls == b.tool_calls;
+}
+
+template <typename NextSize>
+ChatOutputDelta ParseInChunks(std::string_view text, bool thinking, NextSize next_size) {
+  ChatOutputParser parser(thinking);
+  ChatOutputDelta total;
+  auto add = [&](ChatOutputDelta delta) {
+    total.reasoning_content += delta.reasoning_content;
+    total.content += delta.content;
+    for (auto& call : delta.tool_calls) total.tool_calls.push_back(std::move(call));
+  };
+  for (std::size_t pos = 0; pos < text.size();) {
+    const std::size_t size = std::min(next_size(), text.size() - pos);
+    add(parser.Feed(text.substr(pos, size)));
+    pos += size;
+  }
+  add(parser.Finish());
+  return total;
+}
+
+void Check(bool condition, const char* what) {
+  if (!condition) {
+    std::fprintf(stderr, "output_parser_fuzz: %s\n", what);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  namespace tok = deepinfer::chat_tokens;
+  if (size < 2) return 0;
+  const bool thinking = (data[0] & 1) != 0;
+  std::uint32_t state = (static_cast<std::uint32_t>(data[0]) << 8 | data[1]) * 2654435761u + 1;
+  const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
+
+  const ChatOutputDelta whole = deepinfer::ParseChatOutput(text, thinking);
+  Check(Same(ParseInChunks(text, thinking, [] { return std::size_t{1}; }), whole), "1-byte chunks differ");
+  const auto random_size = [&] {
+    state = state * 1664525u + 1013904223u;
+    return std::size_t{1} + (state >> 16) % 37;
+  };
+  Check(Same(ParseInChunks(text, thinking, random_size), whole), "random chunks differ");
+
+  // With no tool block that could have parsed (those need "</｜DSML｜ calls>" or end at the marker),
+  // every byte comes back except "</think>" and a final end-of-sentence token.
+  if (whole.tool_calls.empty() && text.find(tok::kCallsClose) == std::string_view::npos &&
+      !text.ends_with(tok::kToolBlockMarker)) {
+    std::string rebuilt = whole.reasoning_content;
+    if (thinking && text.find(tok::kThinkEnd) != std::string_view::npos) rebuilt += tok::kThinkEnd;
+    rebuilt += whole.content;
+    std::string_view expected = text;
+    if (expected.ends_with(tok::kEos)) expected.remove_suffix(tok::kEos.size());
+    Check(rebuilt == expected, "text was lost");
+  }
+  return 0;
+}

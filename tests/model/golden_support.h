@@ -1,0 +1,90 @@
+// Shared helpers of the model tests: golden cases from the official reference, and running
+// a model in the different execution modes.
+#pragma once
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace deepinfer::testing {
+
+inline std::string ModelDir(const std::string& name) {
+  return std::string(DEEPINFER_TEST_DATA_DIR) + "/models/" + name;
+}
+
+struct GoldenCase {
+  std::string name;
+  std::vector<int32_t> tokens;  // prompt followed by the reference's greedy continuation
+  int prompt_len = 0;
+  NpyArray logits;  // [tokens, vocab], the reference's fp32 logits of every position
+};
+
+inline GoldenCase LoadGolden(const std::string& name) {
+  GoldenCase c;
+  c.name = name;
+  std::ifstream in(ModelDir(name) + "/golden/tokens.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  c.tokens = meta["tokens"].get<std::vector<int32_t>>();
+  c.prompt_len = meta["prompt_len"].get<int>();
+  c.logits = ReadNpyFloat32(ModelDir(name) + "/golden/logits.npy");
+  return c;
+}
+
+// Runs `tokens` through a fresh sequence in chunks of the given sizes (cycled), collecting
+// the logits of every position.
+inline std::vector<float> RunChunked(const Model& model, const std::vector<int32_t>& tokens,
+                                     const std::vector<int>& chunk_sizes, ThreadPool& pool) {
+  SequenceState state = model.NewSequence();
+  std::vector<float> logits;
+  size_t done = 0;
+  for (size_t step = 0; done < tokens.size(); ++step) {
+    const size_t size = std::min<size_t>(chunk_sizes[step % chunk_sizes.size()], tokens.size() - done);
+    ForwardItem item{&state, std::span<const int32_t>(tokens.data() + done, size), true};
+    std::vector<float> out = model.Forward({&item, 1}, pool);
+    logits.insert(logits.end(), out.begin(), out.end());
+    done += size;
+  }
+  return logits;
+}
+
+inline double Cosine(const float* a, const float* b, size_t n) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    dot += static_cast<double>(a[i]) * b[i];
+    na += static_cast<double>(a[i]) * a[i];
+    nb += static_cast<double>(b[i]) * b[i];
+  }
+  return dot / std::sqrt(na * nb);
+}
+
+inline size_t ArgMax(const float* x, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+// Top-1 minus top-2 of a logits row.
+inline float Margin(const float* x, size_t n) {
+  float first = -INFINITY, second = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] > first) {
+      second = first;
+      first = x[i];
+    } else if (x[i] > second) {
+      second = x[i];
+    }
+  }
+  return first - second;
+}
+
+}  // namespace deepinfer::testing

@@ -1,0 +1,117 @@
+#include "tokenizer/tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "golden_reader.h"
+
+namespace deepinfer {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::DefaultTokenizer;
+
+uint64_t Fnv1a64(std::string_view bytes, uint64_t hash) {
+  for (const char byte : bytes) hash = (hash ^ static_cast<uint8_t>(byte)) * 0x100000001B3ULL;
+  return hash;
+}
+
+TEST(TokenizerTest, SizeAndSpecialTokens) {
+  const Tokenizer& tokenizer = DefaultTokenizer();
+  EXPECT_EQ(tokenizer.size(), 129280u);
+  const std::vector<std::pair<std::string, int32_t>> expected = {
+      {"<｜begin▁of▁sentence｜>", 0}, {"<｜end▁of▁sentence｜>", 1}, {"<｜▁pad▁｜>", 2},
+      {"<｜User｜>", 128803},         {"<｜Assistant｜>", 128804},   {"<think>", 128821},
+      {"</think>", 128822},           {"｜DSML｜", 128825},          {"<｜latest_reminder｜>", 128828},
+  };
+  for (const auto& [token, id] : expected) {
+    EXPECT_EQ(tokenizer.TokenToId(token), id) << token;
+    EXPECT_EQ(tokenizer.IdToToken(id), token);
+  }
+  EXPECT_TRUE(tokenizer.IsSpecial(0));
+  EXPECT_TRUE(tokenizer.IsSpecial(129279));
+  EXPECT_FALSE(tokenizer.IsSpecial(128803));  // chat-role tokens are added but not "special"
+  EXPECT_FALSE(tokenizer.IsSpecial(1000));
+  EXPECT_FALSE(tokenizer.IsSpecial(-1));
+  EXPECT_FALSE(tokenizer.TokenToId("<｜System｜>").has_value());
+  EXPECT_EQ(tokenizer.IdToToken(223), "Ġ");  // vocabulary tokens keep the byte-level alphabet
+  EXPECT_THROW(tokenizer.IdToToken(129280), Error);
+  EXPECT_THROW(tokenizer.IdToToken(-1), Error);
+}
+
+TEST(TokenizerTest, DecodeMatchesHfForEveryId) {
+  const Tokenizer& tokenizer = DefaultTokenizer();
+  testing::LittleEndianReader golden(testing::ReadFileBytes(testing::kTokenizerDataDir + "/decode_golden.bin"));
+  const auto block_size = golden.Read<uint32_t>();
+  const auto count = golden.Read<uint32_t>();
+  ASSERT_EQ(count, tokenizer.size());
+  for (uint32_t start = 0; start < count; start += block_size) {
+    uint64_t hash = 0xCBF29CE484222325ULL;
+    for (uint32_t id = start; id < std::min(count, start + block_size); ++id) {
+      const int32_t token = static_cast<int32_t>(id);
+      const std::string text = tokenizer.Decode(std::span<const int32_t>(&token, 1));
+      const auto length = static_cast<uint32_t>(text.size());
+      hash = Fnv1a64(std::string_view(reinterpret_cast<const char*>(&length), sizeof(length)), hash);
+      hash = Fnv1a64(text, hash);
+    }
+    ASSERT_EQ(hash, golden.Read<uint64_t>()) << "decode differs from HF for some id in [" << start << ", "
+                                             << start + block_size << ")";
+  }
+
+  // Exact texts for byte tokens, added tokens, lossy tokens and multi-token sequences.
+  const auto records = golden.Read<uint32_t>();
+  for (uint32_t record = 0; record < records; ++record) {
+    const bool skip_special = golden.Read<uint8_t>() != 0;
+    std::vector<int32_t> ids(golden.Read<uint32_t>());
+    for (int32_t& id : ids) id = golden.Read<int32_t>();
+    const std::string expected = golden.ReadBytes(golden.Read<uint32_t>());
+    ASSERT_EQ(tokenizer.Decode(ids, skip_special), expected) << "record " << record << ", first id " << ids[0];
+  }
+  EXPECT_TRUE(golden.AtEnd());
+}
+
+TEST(TokenizerTest, DecodeJoinsBytesAcrossTokensAndSkipsUnknownIds) {
+  const Tokenizer& tokenizer = DefaultTokenizer();
+  // "中" is E4 B8 AD; byte tokens for its bytes decode to U+FFFD alone but to "中" together.
+  const std::vector<int32_t> bytes = {*tokenizer.TokenToId("ä"), *tokenizer.TokenToId("¸"),
+                                      *tokenizer.TokenToId("Ń")};
+  EXPECT_EQ(tokenizer.Decode(bytes), "中");
+  EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{bytes[0], bytes[1]}), "\xEF\xBF\xBD");
+  EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{0, 33310, 1}), "<｜begin▁of▁sentence｜>hello<｜end▁of▁sentence｜>");
+  EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{0, 33310, 1}, /*skip_special_tokens=*/true), "hello");
+  EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{-5, 33310, 129280, 1 << 30}), "hello");
+}
+
+TEST(TokenizerTest, RejectsMalformedFiles) {
+  const auto message_of = [](std::string_view json) {
+    try {
+      Tokenizer::FromJsonText(json, "bad.json");
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(message_of("{"), HasSubstr("bad.json: not valid JSON"));
+  EXPECT_THAT(message_of("{}"), HasSubstr("bad.json: tokenizer: expected a field \"model\""));
+  EXPECT_THAT(message_of(R"({"model": {"type": "Unigram"}})"), HasSubstr("model.type: expected \"BPE\""));
+  EXPECT_THAT(message_of(R"({"normalizer": {"type": "NFC"}, "model": {}})"), HasSubstr("normalizer: expected null"));
+  EXPECT_THAT(message_of(R"({"model": {"vocab": {"a": 0}, "merges": ["a b"]}, "decoder": {"type": "ByteLevel"},
+                             "pre_tokenizer": {"type": "ByteLevel", "use_regex": false}})"),
+              HasSubstr("model.merges[0] (\"a b\"): expected both parts"));
+  EXPECT_THAT(message_of(R"({"model": {"vocab": {}, "merges": []}, "decoder": {"type": "ByteLevel"},
+                             "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}})"),
+              HasSubstr("pre_tokenizer: expected the last step to be ByteLevel"));
+  EXPECT_THAT(message_of(R"({"model": {"vocab": {}, "merges": []}, "decoder": {"type": "ByteLevel"},
+                             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                               {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"},
+                               {"type": "ByteLevel", "use_regex": false}]}})"),
+              HasSubstr("does not compile"));
+  EXPECT_THAT(message_of(R"({"model": {"vocab": {}, "merges": []}, "decoder": {"type": "ByteLevel"},
+                             "pre_tokenizer": {"type": "Metaspace"}})"),
+              HasSubstr("pre_tokenizer step 0: expected a Split step or a final ByteLevel step, got \"Metaspace\""));
+  EXPECT_THROW(Tokenizer::FromFile("/nonexistent/tokenizer.json"), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer
