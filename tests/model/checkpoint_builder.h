@@ -4,6 +4,7 @@
 // cannot hide in the writer.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdint>
@@ -13,12 +14,10 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace deepinfer::testing {
 
@@ -91,9 +90,9 @@ struct StTensor {
 };
 
 inline size_t StDTypeSize(const std::string& dtype) {
-  static const std::map<std::string, size_t> sizes = {{"BF16", 2}, {"F16", 2},    {"F32", 4}, {"F8_E4M3", 1},
-                                                      {"F8_E8M0", 1}, {"I8", 1}, {"U8", 1},  {"I32", 4},
-                                                      {"I64", 8}};
+  static const std::map<std::string, size_t> sizes = {{"BF16", 2},    {"F16", 2},     {"F32", 4},
+                                                      {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1},
+                                                      {"U8", 1},      {"I32", 4},     {"I64", 8}};
   const auto it = sizes.find(dtype);
   if (it == sizes.end()) throw std::runtime_error("unknown dtype " + dtype);
   return it->second;
@@ -132,7 +131,8 @@ class StFile {
     if (!metadata.is_null()) header["__metadata__"] = metadata;
     std::string data;
     for (const StTensor& t : tensors) {
-      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+      header[t.name] = {
+          {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
       data += t.bytes;
     }
     return WithHeader(header.dump(), data);
@@ -165,9 +165,7 @@ class StFile {
     t.shape = std::move(shape);
     t.bytes.assign(static_cast<size_t>(t.numel()) * StDTypeSize(dtype), '\0');
   }
-  void Retype(const std::string& name, const std::string& dtype) {
-    Retype(name, dtype, Get(name).shape);
-  }
+  void Retype(const std::string& name, const std::string& dtype) { Retype(name, dtype, Get(name).shape); }
 
   std::vector<StTensor> tensors;
   nlohmann::ordered_json metadata;  // null when absent

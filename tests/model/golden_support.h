@@ -25,6 +25,10 @@ struct GoldenCase {
   std::vector<int32_t> tokens;  // prompt followed by the reference's greedy continuation
   int prompt_len = 0;
   NpyArray logits;  // [tokens, vocab], the reference's fp32 logits of every position
+  // Per-position cosine of the reference against its own fp64-accumulated variant: how far a
+  // correct implementation with another summation order lands.
+  double envelope_mean_cosine = 0;
+  double envelope_min_cosine = 0;
 };
 
 inline GoldenCase LoadGolden(const std::string& name) {
@@ -35,6 +39,8 @@ inline GoldenCase LoadGolden(const std::string& name) {
   c.tokens = meta["tokens"].get<std::vector<int32_t>>();
   c.prompt_len = meta["prompt_len"].get<int>();
   c.logits = ReadNpyFloat32(ModelDir(name) + "/golden/logits.npy");
+  c.envelope_mean_cosine = meta["reference_fp64_envelope"]["mean_cosine"].get<double>();
+  c.envelope_min_cosine = meta["reference_fp64_envelope"]["min_cosine"].get<double>();
   return c;
 }
 

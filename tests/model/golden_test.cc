@@ -13,6 +13,10 @@ namespace {
 constexpr double kMinMeanCosine = 0.9999;
 constexpr double kMinCosine = 0.999;
 constexpr float kNearTieMargin = 0.01f;
+// Beyond the acceptance thresholds: stay within this many times the reference's own noise
+// envelope (its distance to its fp64-accumulated self). Bugs that the loose thresholds let
+// through (a dropped candidate filter, a missing quantizer) land well outside it.
+constexpr double kEnvelopeFactor = 3.0;
 
 struct Mode {
   const char* name;
@@ -64,10 +68,19 @@ TEST_P(GoldenTest, EveryModeMatchesTheReference) {
       }
     }
     const double mean = sum / golden.tokens.size();
-    std::printf("[golden] %s %-26s positions %zu  mean cos %.7f  min cos %.7f  near ties %zu  argmax mismatches %zu\n",
-                GetParam().c_str(), mode.name, golden.tokens.size(), mean, min_cos, near_ties, argmax_mismatch);
+    std::printf(
+        "[golden] %s %-26s positions %zu  mean cos %.7f  min cos %.7f  near ties %zu  argmax mismatches %zu  "
+        "(reference fp64 envelope: mean %.7f min %.7f)\n",
+        GetParam().c_str(), mode.name, golden.tokens.size(), mean, min_cos, near_ties, argmax_mismatch,
+        golden.envelope_mean_cosine, golden.envelope_min_cosine);
     EXPECT_GE(mean, kMinMeanCosine) << mode.name;
     EXPECT_GE(min_cos, kMinCosine) << mode.name;
+    EXPECT_GE(mean, 1.0 - kEnvelopeFactor * (1.0 - golden.envelope_mean_cosine))
+        << mode.name << ": mean cosine further from the reference than " << kEnvelopeFactor
+        << "x its own fp64 noise envelope (" << golden.envelope_mean_cosine << ")";
+    EXPECT_GE(min_cos, 1.0 - kEnvelopeFactor * (1.0 - golden.envelope_min_cosine))
+        << mode.name << ": min cosine outside " << kEnvelopeFactor << "x the reference's envelope ("
+        << golden.envelope_min_cosine << ")";
     EXPECT_EQ(argmax_mismatch, 0u) << mode.name;
     // Our forward is exactly chunking-invariant: every mode gives the same bits.
     if (first_mode_logits.empty()) {

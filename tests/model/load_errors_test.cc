@@ -138,10 +138,10 @@ TEST_F(LoadErrorsTest, TruncatedSafetensorsFile) {
   const uintmax_t size = fs::file_size(file);
   fs::resize_file(file, size - 1000);  // a cut-off download: header intact, data short
   const std::string message = LoadError(dir);
-  EXPECT_THAT(message, AllOf(StartsWith(file.string() + ": truncated: tensor '"),
-                             HasSubstr("but the data section has only"),
-                             HasSubstr("(file is " + std::to_string(size - 1000) + " bytes, the header describes " +
-                                       std::to_string(size) + ")")));
+  EXPECT_THAT(message,
+              AllOf(StartsWith(file.string() + ": truncated: tensor '"), HasSubstr("but the data section has only"),
+                    HasSubstr("(file is " + std::to_string(size - 1000) + " bytes, the header describes " +
+                              std::to_string(size) + ")")));
 }
 
 TEST_F(LoadErrorsTest, SafetensorsFileShorterThanTheLengthPrefix) {
@@ -156,7 +156,7 @@ TEST_F(LoadErrorsTest, EmptySafetensorsFile) {
   const fs::path dir = TinyB();
   const fs::path file = dir / "model.safetensors";
   fs::resize_file(file, 0);
-  EXPECT_THAT(LoadError(dir), HasSubstr(file.string()));
+  EXPECT_THAT(LoadError(dir), StartsWith(file.string() + ": truncated: 0 bytes"));
 }
 
 TEST_F(LoadErrorsTest, HeaderIsNotJson) {
@@ -220,8 +220,9 @@ TEST_F(LoadErrorsTest, Fp8WeightStoredAsBf16) {
 
 TEST_F(LoadErrorsTest, Fp4ExpertStoredAsF32) {
   const fs::path dir = TinyB();
-  EditTensors(dir / "model.safetensors",
-              [](StFile& st) { st.Retype("layers.2.ffn.experts.3.w2.weight", "F32", {64, 96}); });
+  EditTensors(dir / "model.safetensors", [](StFile& st) {
+    st.Retype("layers.2.ffn.experts.3.w2.weight", "F32", {64, 96});
+  });
   EXPECT_THAT(LoadError(dir),
               AllOf(StartsWith(dir.string() + ": 1 tensor problem: "),
                     HasSubstr("tensor 'layers.2.ffn.experts.3.w2.weight' has dtype F32, expected packed FP4 (I8) "
@@ -242,9 +243,7 @@ TEST_F(LoadErrorsTest, ScaleWithWrongDtype) {
 
 TEST_F(LoadErrorsTest, WrongShape) {
   const fs::path dir = TinyB();
-  EditTensors(dir / "model.safetensors", [](StFile& st) {
-    st.Retype("layers.0.attn_norm.weight", "BF16", {63});
-  });
+  EditTensors(dir / "model.safetensors", [](StFile& st) { st.Retype("layers.0.attn_norm.weight", "BF16", {63}); });
   EXPECT_THAT(LoadError(dir), AllOf(StartsWith(dir.string() + ": 1 tensor problem: "),
                                     HasSubstr("tensor 'layers.0.attn_norm.weight' has shape [63], expected [64]")));
 }
@@ -341,7 +340,8 @@ TEST_F(LoadErrorsTest, ManyProblemsAreCountedAndElided) {
   // Every scale of layer 0's FP4 experts: 4 experts x 3 matrices.
   EditTensors(dir / "model.safetensors", [](StFile& st) {
     for (int e = 0; e < 4; ++e) {
-      for (const char* w : {"w1", "w2", "w3"}) st.Remove("layers.0.ffn.experts." + std::to_string(e) + "." + w + ".scale");
+      for (const char* w : {"w1", "w2", "w3"})
+        st.Remove("layers.0.ffn.experts." + std::to_string(e) + "." + w + ".scale");
     }
   });
   const std::string message = LoadError(dir);
@@ -372,10 +372,11 @@ TEST_F(LoadErrorsTest, HfConfigKvSourceAtRatioZeroLayer) {
   });
   const std::string message = LoadError(dir);
   EXPECT_THAT(message, StartsWith((dir / "config.json").string() + ": "));
-  EXPECT_THAT(message, HasSubstr("kv_source_layer_ids: layer 0 has compress ratio 0, so it has no compressed KV to "
-                                 "publish"));
-  EXPECT_THAT(message, HasSubstr("index_source_layer_ids: layer 0 has compress ratio 0, so it has no compressed "
-                                 "positions to index"));
+  EXPECT_THAT(message, HasSubstr("text_config.kv_source_layer_ids: layer 0 has compress ratio 0, so it has no "
+                                 "compressed KV to publish"));
+  EXPECT_THAT(message,
+              HasSubstr("text_config.index_source_layer_ids: layer 0 has compress ratio 0, so it has no compressed "
+                        "positions to index"));
 }
 
 TEST_F(LoadErrorsTest, ReferenceConfigReuseLayerBeforeAnyKvSource) {
@@ -429,7 +430,9 @@ TEST_F(LoadErrorsTest, PromptLongerThanMaxContextLeavesTheSequenceUnchanged) {
 
   const std::vector<int32_t> too_long = Tokens(65, vocab);
   const ForwardItem bad{&state, too_long, false};
-  EXPECT_THAT(ErrorOf([&] { model->Forward({&bad, 1}, *pool_); }),
+  EXPECT_THAT(ErrorOf([&] {
+                model->Forward({&bad, 1}, *pool_);
+              }),
               HasSubstr("sequence 0: 65 tokens exceed the configured maximum context of 64 tokens"));
   EXPECT_EQ(state.length, 0);
   EXPECT_TRUE(SameState(state, fresh));
@@ -444,7 +447,9 @@ TEST_F(LoadErrorsTest, PromptLongerThanMaxContextLeavesTheSequenceUnchanged) {
   const SequenceState before = state;
   const std::vector<int32_t> step = Tokens(5, vocab);
   const ForwardItem over{&state, step, false};
-  EXPECT_THAT(ErrorOf([&] { model->Forward({&over, 1}, *pool_); }),
+  EXPECT_THAT(ErrorOf([&] {
+                model->Forward({&over, 1}, *pool_);
+              }),
               HasSubstr("sequence 0: 65 tokens exceed the configured maximum context of 64 tokens"));
   EXPECT_TRUE(SameState(state, before));
 
@@ -452,6 +457,41 @@ TEST_F(LoadErrorsTest, PromptLongerThanMaxContextLeavesTheSequenceUnchanged) {
   const ForwardItem fill{&state, last, false};
   EXPECT_EQ(model->Forward({&fill, 1}, *pool_).size(), static_cast<size_t>(vocab));
   EXPECT_EQ(state.length, 64);
+}
+
+TEST_F(LoadErrorsTest, RejectedForwardLeavesAnEngramSequenceUnchanged) {
+  // tiny-c has an Engram layer, so the state also carries the recent compressed token ids.
+  const fs::path dir = Copy("tiny-c");
+  const std::unique_ptr<Model> model = Model::Load(dir.string(), ModelOptions{.max_context = 16});
+  const auto vocab = static_cast<int32_t>(model->config().vocab_size);
+  SequenceState state = model->NewSequence();
+  const std::vector<int32_t> prompt = Tokens(10, vocab);
+  const ForwardItem first{&state, prompt, false};
+  model->Forward({&first, 1}, *pool_);
+  ASSERT_EQ(state.length, 10);
+  ASSERT_FALSE(state.engram_recent.empty());
+  const SequenceState before = state;
+
+  const std::vector<int32_t> too_many = Tokens(7, vocab);
+  const ForwardItem over{&state, too_many, false};
+  EXPECT_THAT(ErrorOf([&] {
+                model->Forward({&over, 1}, *pool_);
+              }),
+              HasSubstr("sequence 0: 17 tokens exceed the configured maximum context of 16 tokens"));
+  EXPECT_TRUE(SameState(state, before));
+
+  const std::vector<int32_t> bad = {5, vocab};
+  const ForwardItem bad_item{&state, bad, false};
+  EXPECT_THAT(ErrorOf([&] {
+                model->Forward({&bad_item, 1}, *pool_);
+              }),
+              HasSubstr("sequence 0: token id 448 at position 11 is outside the model vocabulary [0, 448)"));
+  EXPECT_TRUE(SameState(state, before));
+
+  const std::vector<int32_t> rest = Tokens(6, vocab);
+  const ForwardItem fill{&state, rest, false};
+  EXPECT_EQ(model->Forward({&fill, 1}, *pool_).size(), static_cast<size_t>(vocab));
+  EXPECT_EQ(state.length, 16);
 }
 
 TEST_F(LoadErrorsTest, TokenIdOutsideTheVocabulary) {
@@ -465,12 +505,16 @@ TEST_F(LoadErrorsTest, TokenIdOutsideTheVocabulary) {
   std::vector<int32_t> tokens = Tokens(6, vocab);
   tokens[4] = vocab;
   const ForwardItem bad{&state, tokens, false};
-  EXPECT_THAT(ErrorOf([&] { model->Forward({&bad, 1}, *pool_); }),
+  EXPECT_THAT(ErrorOf([&] {
+                model->Forward({&bad, 1}, *pool_);
+              }),
               HasSubstr("sequence 0: token id 384 at position 4 is outside the model vocabulary [0, 384)"));
   EXPECT_TRUE(SameState(state, fresh));
 
   tokens[4] = -1;
-  EXPECT_THAT(ErrorOf([&] { model->Forward({&bad, 1}, *pool_); }),
+  EXPECT_THAT(ErrorOf([&] {
+                model->Forward({&bad, 1}, *pool_);
+              }),
               HasSubstr("sequence 0: token id -1 at position 4 is outside the model vocabulary [0, 384)"));
   EXPECT_TRUE(SameState(state, fresh));
 
@@ -528,13 +572,34 @@ TEST_F(LoadErrorsTest, EngramModelWithDanglingTokenizerSymlink) {
   EXPECT_THAT(LoadError(dir), HasSubstr((dir / "tokenizer.json").string() + " does not exist"));
 }
 
+TEST_F(LoadErrorsTest, EngramModelWithGarbageTokenizer) {
+  const fs::path dir = Copy("tiny-c");
+  fs::remove(dir / "tokenizer.json");
+  WriteBytes(dir / "tokenizer.json", "{\"model\": \n [not a tokenizer");
+  EXPECT_THAT(LoadError(dir), HasSubstr((dir / "tokenizer.json").string()));
+}
+
+TEST_F(LoadErrorsTest, EngramModelWithEmptyTokenizerObject) {
+  const fs::path dir = Copy("tiny-c");
+  fs::remove(dir / "tokenizer.json");
+  WriteBytes(dir / "tokenizer.json", "{}");
+  EXPECT_THAT(LoadError(dir), HasSubstr((dir / "tokenizer.json").string()));
+}
+
+TEST_F(LoadErrorsTest, EngramModelWithTokenizerDirectory) {
+  const fs::path dir = Copy("tiny-c");
+  fs::remove(dir / "tokenizer.json");
+  fs::create_directory(dir / "tokenizer.json");
+  EXPECT_THAT(LoadError(dir), HasSubstr((dir / "tokenizer.json").string()));
+}
+
 TEST_F(LoadErrorsTest, NoConfigAtAll) {
   const fs::path dir = TinyB();
   fs::remove(dir / "config.json");
   fs::remove(dir / "inference" / "config.json");
-  EXPECT_THAT(LoadError(dir), AllOf(StartsWith(dir.string() + ": no model config: neither "),
-                                    HasSubstr((dir / "config.json").string()),
-                                    HasSubstr((dir / "inference" / "config.json").string() + " exists")));
+  EXPECT_THAT(LoadError(dir),
+              AllOf(StartsWith(dir.string() + ": no model config: neither "), HasSubstr((dir / "config.json").string()),
+                    HasSubstr((dir / "inference" / "config.json").string() + " exists")));
 }
 
 TEST_F(LoadErrorsTest, NoSafetensorsFiles) {
