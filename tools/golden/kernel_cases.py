@@ -27,13 +27,25 @@ from numerics_tables import bf16_bits, to_bf16_bits, write_tables  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-# (name, M, N, K)
-FP8_CASES = [("fp8_m1", 1, 50, 96), ("fp8_m3", 3, 48, 256), ("fp8_m7", 7, 33, 160), ("fp8_m4", 4, 40, 224)]
-FP4_CASES = [("fp4_m1", 1, 48, 64), ("fp4_m3", 3, 37, 256), ("fp4_m7", 7, 64, 192), ("fp4_m5", 5, 16, 512)]
+# (name, M, N, K); "wide" cases draw log-uniform magnitudes over the whole e4m3 range, so the fp32
+# sum of a 32-wide block is rarely exact and its summation order matters.
+FP8_CASES = [("fp8_m1", 1, 50, 96), ("fp8_m3", 3, 48, 192), ("fp8_m7", 7, 33, 160), ("fp8_m4", 4, 40, 224),
+             ("fp8_wide_m7", 7, 33, 128)]
+FP4_CASES = [("fp4_m1", 1, 48, 64), ("fp4_m3", 3, 37, 256), ("fp4_m7", 7, 64, 192), ("fp4_m5", 5, 16, 512),
+             ("fp4_wide_m3", 3, 24, 128)]
 
 
-def activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
+def log_uniform(rng: np.random.Generator, shape, lo: float, hi: float) -> np.ndarray:
+    return rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(lo, hi, shape))
+
+
+def activations(rng: np.random.Generator, m: int, k: int, wide: bool = False, positive: bool = False) -> np.ndarray:
     """bf16 bits [m, k]: normal rows at different scales, outliers, a zero row when m > 2."""
+    if wide and positive:  # 3/4 near the block max (codes ~400..448), 1/4 at the bottom of the subnormals
+        x = np.where(rng.random((m, k)) < 0.75, rng.uniform(1.5, 1.75, (m, k)), np.exp2(rng.uniform(-17, -14, (m, k))))
+        return to_bf16_bits(x.astype(np.float32))
+    if wide:
+        return to_bf16_bits(log_uniform(rng, (m, k), -24, 0).astype(np.float32))
     x = rng.standard_normal((m, k)) * (10.0 ** rng.uniform(-2, 2, size=(m, 1)))
     x[:, rng.integers(0, k, size=max(1, k // 40))] *= 30  # outlier channels: per-block scales differ
     if m > 2:
@@ -41,43 +53,61 @@ def activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
     return to_bf16_bits(x.astype(np.float32))
 
 
-def fp8_weight(rng: np.random.Generator, n: int, k: int):
+def fp8_weight(rng: np.random.Generator, n: int, k: int, wide: bool = False):
     w = rng.standard_normal((n, k)) * 60.0
     w[:, :: 7] *= 3  # reach the top of the e4m3 range
+    if wide:
+        w = log_uniform(rng, (n, k), -9, 8.8)
     codes = torch.from_numpy(w.astype(np.float32)).clamp(-448, 448).to(torch.float8_e4m3fn)
     scales = rng.integers(112, 126, size=((n + 31) // 32, k // 32), dtype=np.uint8)
     return codes.view(torch.uint8).numpy().copy(), scales
 
 
-def fp4_weight(rng: np.random.Generator, n: int, k: int):
-    codes = rng.integers(0, 16, size=(n, k), dtype=np.uint8)
+def fp4_weight(rng: np.random.Generator, n: int, k: int, positive: bool = False):
+    # positive codes only (with positive activations) make large same-sign block sums, the only way
+    # an FP4 x FP8 block partial loses bits in fp32
+    codes = rng.integers(0, 8 if positive else 16, size=(n, k), dtype=np.uint8)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
     scales = rng.integers(115, 128, size=(n, k // 32), dtype=np.uint8)
     return packed, scales
+
+
+def report_inexact(name: str, a: torch.Tensor, b: torch.Tensor, block: int) -> None:
+    """Prints how many 32-wide block partials are not exact in fp32 (where summation order can matter)."""
+    a64, b64 = a.double(), b.double()
+    inexact = total = 0
+    for k in range(0, a.size(-1), block):
+        exact = a64[:, k:k + block] @ b64[:, k:k + block].T
+        fp32 = a.float()[:, k:k + block] @ b.float()[:, k:k + block].T
+        inexact += int((exact != fp32.double()).sum())
+        total += exact.numel()
+    print(f"{name}: {inexact} of {total} block partials inexact in fp32")
 
 
 def gemm_cases(kernel_cpu, rng: np.random.Generator) -> dict:
     arrays = {}
     e8m0 = torch.float8_e8m0fnu
     for name, m, n, k in FP8_CASES:
-        x = activations(rng, m, k)
-        codes, scales = fp8_weight(rng, n, k)
+        x = activations(rng, m, k, "wide" in name)
+        codes, scales = fp8_weight(rng, n, k, "wide" in name)
         xt = torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
         a, a_s = kernel_cpu.act_quant(xt, 32, "ue8m0", e8m0)
         b = torch.from_numpy(codes.copy()).view(torch.float8_e4m3fn)
         b_s = torch.from_numpy(scales.copy()).view(e8m0)
         y = kernel_cpu.fp8_gemm(a, a_s, b, b_s, e8m0, block_size=32)
+        report_inexact(name, a, b, 32)
         assert y.dtype == torch.bfloat16 and y.shape == (m, n)
         arrays.update({f"{name}/dims": np.array([m, n, k], dtype=np.int32), f"{name}/x": x,
                        f"{name}/w": codes, f"{name}/w_scales": scales, f"{name}/y": bf16_bits(y)})
     for name, m, n, k in FP4_CASES:
-        x = activations(rng, m, k)
-        packed, scales = fp4_weight(rng, n, k)
+        x = activations(rng, m, k, "wide" in name, positive="wide" in name)
+        packed, scales = fp4_weight(rng, n, k, positive="wide" in name)
         xt = torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
         a, a_s = kernel_cpu.act_quant(xt, 32, "ue8m0", e8m0)
         b = torch.from_numpy(packed.copy()).view(torch.float4_e2m1fn_x2)
         b_s = torch.from_numpy(scales.copy()).view(e8m0)
         y = kernel_cpu.fp4_gemm(a, a_s, b, b_s, e8m0, act_block_size=32)
+        report_inexact(name, a, kernel_cpu.unpack_fp4(b), 32)
         assert y.dtype == torch.bfloat16 and y.shape == (m, n)
         arrays.update({f"{name}/dims": np.array([m, n, k], dtype=np.int32), f"{name}/x": x,
                        f"{name}/w": packed, f"{name}/w_scales": scales, f"{name}/y": bf16_bits(y)})

@@ -326,7 +326,7 @@ def qat_blocks(rng: np.random.Generator) -> dict:
     cats["mixed_signs_negzero"] = np.stack(rows)
 
     # random normal data at many scales, 1e-30 ... 1e30 (per block), and heavy-tailed blocks
-    n = 320
+    n = 300
     block_scale = 10.0 ** rng.uniform(-30, 30, size=(n, 1))
     vals = rng.standard_normal((n, BLOCK)) * block_scale
     vals[n // 2:] *= np.exp(rng.standard_normal((n - n // 2, BLOCK)) * 2)

@@ -3,7 +3,8 @@
 comparison with bench/tokenizer_bench.cc. Each file is encoded as one string, like the C++
 benchmark; the best of several rounds is reported.
 
-Usage: /root/gv/bin/python tools/golden/tokenizer/bench_hf.py [rounds]
+Usage: python tools/golden/tokenizer/bench_hf.py [rounds] [--ours build/bench/tokenizer_bench]
+With --ours, the C++ benchmark runs in the same invocation and the ratio ours/HF is printed.
 """
 import os
 
@@ -21,8 +22,24 @@ TOKENIZER = REPO / "data/tokenizer/tokenizer.json"
 CORPUS = REPO / "tests/data/tokenizer/corpus"
 
 
+def ours_mb_per_s(binary):
+    """Whole-corpus encode throughput of bench/tokenizer_bench (Google Benchmark JSON)."""
+    import json
+    import subprocess
+
+    out = subprocess.run([binary, "--benchmark_filter=Encode/corpus$", "--benchmark_format=json"],
+                         check=True, capture_output=True, text=True).stdout
+    runs = [b for b in json.loads(out)["benchmarks"] if b["name"].startswith("Encode/corpus")]
+    return max(b["bytes_per_second"] for b in runs) / 1e6
+
+
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    args = [a for a in sys.argv[1:]]
+    ours_binary = None
+    if "--ours" in args:
+        ours_binary = args[args.index("--ours") + 1]
+        del args[args.index("--ours"):args.index("--ours") + 2]
+    rounds = int(args[0]) if args else 5
     texts = {path.name: path.read_bytes().decode("utf-8", "replace")
              for path in sorted(CORPUS.iterdir()) if path.suffix != ".ids"}
     total_bytes = sum(len(text.encode()) for text in texts.values())
@@ -38,7 +55,11 @@ def main():
         size = len(text.encode())
         best_total += best
         print(f"{name:24s} {size / 1e6 / best:8.2f} MB/s")
-    print(f"{'corpus':24s} {total_bytes / 1e6 / best_total:8.2f} MB/s ({total_bytes} bytes)")
+    hf = total_bytes / 1e6 / best_total
+    print(f"{'corpus':24s} {hf:8.2f} MB/s ({total_bytes} bytes)")
+    if ours_binary:
+        ours = ours_mb_per_s(ours_binary)
+        print(f"deepinfer corpus {ours:8.2f} MB/s; ratio deepinfer / HF tokenizers = {ours / hf:.2f}")
 
 
 if __name__ == "__main__":
