@@ -59,7 +59,7 @@ std::vector<uint8_t> SelectCandidateBlocks(const std::vector<float>& scores, int
 }  // namespace
 
 void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x, std::vector<float>& out,
-                      SharedIndex& shared, ThreadPool& pool) const {
+                      SharedIndex& shared, const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[layer].attn;
   const LayerRole& role = c.roles[layer];
@@ -72,17 +72,17 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
 
   // Q: wq_a -> q_norm -> wq_b, RoPE on each head's trailing rope dims.
   std::vector<float> qr(rows * c.q_lora_rank), qr_normed(rows * c.q_lora_rank);
-  Linear(w.wq_a, x.data(), rows, qr.data(), pool);
+  Linear(w.wq_a, x.data(), rows, qr.data(), ctx);
   for (int64_t r = 0; r < rows; ++r) {
     RmsNorm(qr.data() + r * c.q_lora_rank, c.q_lora_rank, w.q_norm.data(), eps, qr_normed.data() + r * c.q_lora_rank);
   }
   std::vector<float> q(rows * heads * head_dim);
-  Linear(w.wq_b, qr_normed.data(), rows, q.data(), pool);
+  Linear(w.wq_b, qr_normed.data(), rows, q.data(), ctx);
   for (int64_t r = 0; r < rows; ++r) RopeHeads(q.data() + r * heads * head_dim, heads, head_dim, rope, batch.rows[r].position, false);
 
   // K = V: wkv -> kv_norm -> RoPE -> FP8 QDQ of the whole vector (the window KV format).
   std::vector<float> kv_raw(rows * head_dim), kv(rows * head_dim);
-  Linear(w.wkv, x.data(), rows, kv_raw.data(), pool);
+  Linear(w.wkv, x.data(), rows, kv_raw.data(), ctx);
   for (int64_t r = 0; r < rows; ++r) {
     float* row = kv.data() + r * head_dim;
     RmsNorm(kv_raw.data() + r * head_dim, head_dim, w.kv_norm.data(), eps, row);
@@ -90,13 +90,13 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
     QdqFP8PowerOfTwo({row, static_cast<size_t>(head_dim)}, kQuantBlock);
   }
 
-  if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, pool);
+  if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, ctx);
 
   // Each query attends over its window (oldest first, the reference's decode layout) and
   // the compressed entries its index source picked.
   std::vector<float> o(rows * heads * head_dim);
   const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+  ctx.pool.ParallelFor(rows, [&](size_t begin, size_t end) {
     std::vector<const float*> entries;
     for (size_t r = begin; r < end; ++r) {
       const Batch::Row& row = batch.rows[r];
@@ -132,14 +132,14 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
       std::copy_n(o.begin() + r * heads * head_dim + g * group_in, group_in, group_input.begin() + r * group_in);
     }
     DenseLinear(w.wo_a.RowSlice(g * c.o_lora_rank, c.o_lora_rank), group_input.data(), rows, group_output.data(),
-                /*round_to_bf16=*/true, pool);
+                /*round_to_bf16=*/true, ctx);
     for (int64_t r = 0; r < rows; ++r) {
       std::copy_n(group_output.begin() + r * c.o_lora_rank, c.o_lora_rank,
                   grouped.begin() + r * c.o_groups * c.o_lora_rank + g * c.o_lora_rank);
     }
   }
   out.resize(rows * c.hidden_size);
-  Linear(w.wo_b, grouped.data(), rows, out.data(), pool);
+  Linear(w.wo_b, grouped.data(), rows, out.data(), ctx);
 
   // The window ring keeps each sequence's newest `window` positions.
   for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
@@ -153,7 +153,7 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
 }
 
 void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x,
-                             const std::vector<float>& qr, SharedIndex& shared, ThreadPool& pool) const {
+                             const std::vector<float>& qr, SharedIndex& shared, const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[layer].attn;
   const LayerRole& role = c.roles[layer];
@@ -173,7 +173,7 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
     std::vector<NewGroup> groups;
     if (ratio == 1) {
       std::vector<float> projected(rows * head_dim);
-      Linear(w.compressor_wkv, x.data(), rows, projected.data(), pool);  // bf16 weights, bf16 GEMM
+      Linear(w.compressor_wkv, x.data(), rows, projected.data(), ctx);  // bf16 weights, bf16 GEMM
       for (int64_t r = 0; r < rows; ++r) {
         std::vector<float> latent(head_dim);
         RmsNorm(projected.data() + r * head_dim, head_dim, w.compressor_norm.data(), eps, latent.data());
@@ -182,8 +182,8 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
     } else {
       // fp32 projections and a per-channel softmax gate over each group of `ratio` tokens.
       std::vector<float> kv(rows * head_dim), gate(rows * head_dim);
-      DenseLinear(w.compressor_wkv, x.data(), rows, kv.data(), /*round_to_bf16=*/false, pool);
-      DenseLinear(w.compressor_wgate, x.data(), rows, gate.data(), /*round_to_bf16=*/false, pool);
+      DenseLinear(w.compressor_wkv, x.data(), rows, kv.data(), /*round_to_bf16=*/false, ctx);
+      DenseLinear(w.compressor_wgate, x.data(), rows, gate.data(), /*round_to_bf16=*/false, ctx);
       for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
         LayerCache& cache = batch.items[i]->state->layers[layer];
         const int64_t first = batch.first_row[i];
@@ -222,7 +222,7 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
     if (count > 0) {
       std::vector<float> latents(count * head_dim), keys(count * index_dim);
       for (int64_t g = 0; g < count; ++g) std::copy(groups[g].latent.begin(), groups[g].latent.end(), latents.begin() + g * head_dim);
-      Linear(w.indexer_wk, latents.data(), count, keys.data(), pool);
+      Linear(w.indexer_wk, latents.data(), count, keys.data(), ctx);
       for (int64_t g = 0; g < count; ++g) {
         LayerCache& cache = batch.items[groups[g].item]->state->layers[layer];
         DI_CHECK(static_cast<int64_t>(cache.compressed_kv.size()) == groups[g].group * head_dim,
@@ -246,12 +246,12 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
   // semantics), visibility, the candidate filter, then top-k per query.
   const int index_heads = c.index_n_heads;
   std::vector<float> q(rows * index_heads * index_dim);
-  Linear(w.indexer_wq_b, qr.data(), rows, q.data(), pool);
+  Linear(w.indexer_wq_b, qr.data(), rows, q.data(), ctx);
   std::vector<float> head_weights(rows * index_heads);
-  Linear(w.indexer_weights_proj, x.data(), rows, head_weights.data(), pool);
+  Linear(w.indexer_weights_proj, x.data(), rows, head_weights.data(), ctx);
   const float weight_scale = static_cast<float>(std::pow(static_cast<double>(index_dim), -0.5) *
                                                 std::pow(static_cast<double>(index_heads), -0.5));
-  pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+  ctx.pool.ParallelFor(rows, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     for (size_t r = begin; r < end; ++r) {
       const Batch::Row& row = batch.rows[r];

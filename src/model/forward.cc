@@ -19,11 +19,11 @@ struct HcMix {
 
 HcMix ComputeHcMix(const std::vector<float>& streams, int64_t rows, int hc, int64_t dim,
                    const HyperConnectionWeights& w, float norm_eps, int sinkhorn_iters, float hc_eps,
-                   ThreadPool& pool) {
+                   const ComputeContext& ctx) {
   const int64_t flat = hc * dim;
   const int64_t mix = w.fn.rows;
   std::vector<float> mixes(rows * mix);
-  DenseLinear(w.fn, streams.data(), rows, mixes.data(), /*round_to_bf16=*/false, pool);
+  DenseLinear(w.fn, streams.data(), rows, mixes.data(), /*round_to_bf16=*/false, ctx);
   HcMix out{std::vector<float>(rows * hc), std::vector<float>(rows * hc), std::vector<float>(rows * hc * hc)};
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = streams.data() + r * flat;
@@ -119,6 +119,11 @@ void NormRows(const std::vector<float>& x, int64_t rows, int64_t dim, const std:
 }  // namespace
 
 std::vector<float> Model::Forward(std::span<const ForwardItem> items, ThreadPool& pool) const {
+  return Forward(items, ComputeContext{pool, DetectIsa()});
+}
+
+std::vector<float> Model::Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
+                                  ForwardStats* stats) const {
   const ModelConfig& c = config_;
   const int hc = c.hc_mult;
   const int64_t dim = c.hidden_size;
@@ -189,10 +194,16 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, ThreadPool
   for (int64_t r = 0; r < rows; ++r) pre_mix[r * hc] = 1.0f;
 
   SharedIndex shared{std::vector<std::vector<int32_t>>(rows), std::vector<std::vector<uint8_t>>(rows)};
+  uint64_t weight_bytes = rows * dim * 2 + weights_.head.bytes();  // embedding rows, head
   for (int layer = 0; layer < c.num_layers; ++layer) {
-    if (weights_.layers[layer].engram) ApplyEngram(layer, batch, hash_ids, streams, pool);
-    RunBlock(layer, batch, streams, pre_mix, shared, pool);
+    if (const auto& engram = weights_.layers[layer].engram) {
+      ApplyEngram(layer, batch, hash_ids, streams, ctx);
+      weight_bytes += rows * hasher_->columns() * (engram->embed.dim + engram->embed.dim / kQuantBlock);
+    }
+    RunBlock(layer, batch, streams, pre_mix, shared, ctx, &weight_bytes);
+    weight_bytes += layer_fixed_bytes_[layer];
   }
+  if (stats != nullptr) stats->weight_bytes = weight_bytes;
 
   // Collapse with the last FFN site's pre, final norm, fp32 head on the requested rows.
   std::vector<int64_t> logit_rows;
@@ -212,7 +223,7 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, ThreadPool
   HcCollapse(selected_streams, selected_pre, out_rows, hc, dim, collapsed);
   NormRows(collapsed, out_rows, dim, weights_.norm, eps, normed);
   std::vector<float> logits(out_rows * c.vocab_size);
-  DenseLinear(weights_.head, normed.data(), out_rows, logits.data(), /*round_to_bf16=*/false, pool);
+  DenseLinear(weights_.head, normed.data(), out_rows, logits.data(), /*round_to_bf16=*/false, ctx);
 
   for (size_t i = 0; i < items.size(); ++i) {
     items[i].state->length += static_cast<int64_t>(items[i].tokens.size());
@@ -222,7 +233,7 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, ThreadPool
 }
 
 void Model::RunBlock(int layer, const Batch& batch, std::vector<float>& streams, std::vector<float>& pre_mix,
-                     SharedIndex& shared, ThreadPool& pool) const {
+                     SharedIndex& shared, const ComputeContext& ctx, uint64_t* routed_bytes) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
   const int hc = c.hc_mult;
@@ -232,24 +243,24 @@ void Model::RunBlock(int layer, const Batch& batch, std::vector<float>& streams,
   const float hc_eps = static_cast<float>(c.hc_eps);
 
   // Attention site: collapse with the previous site's pre (one site late, spec 3.4).
-  const HcMix attn_mix = ComputeHcMix(streams, rows, hc, dim, w.hc_attn, eps, c.hc_sinkhorn_iters, hc_eps, pool);
+  const HcMix attn_mix = ComputeHcMix(streams, rows, hc, dim, w.hc_attn, eps, c.hc_sinkhorn_iters, hc_eps, ctx);
   std::vector<float> collapsed, normed, sublayer_out;
   HcCollapse(streams, pre_mix, rows, hc, dim, collapsed);
   NormRows(collapsed, rows, dim, w.attn_norm, eps, normed);
-  Attention(layer, batch, normed, sublayer_out, shared, pool);
+  Attention(layer, batch, normed, sublayer_out, shared, ctx);
   HcExpand(sublayer_out, attn_mix, rows, hc, dim, streams);
 
   // FFN site: collapse with the attention site's pre.
-  const HcMix ffn_mix = ComputeHcMix(streams, rows, hc, dim, w.hc_ffn, eps, c.hc_sinkhorn_iters, hc_eps, pool);
+  const HcMix ffn_mix = ComputeHcMix(streams, rows, hc, dim, w.hc_ffn, eps, c.hc_sinkhorn_iters, hc_eps, ctx);
   HcCollapse(streams, attn_mix.pre, rows, hc, dim, collapsed);
   NormRows(collapsed, rows, dim, w.ffn_norm, eps, normed);
-  Moe(layer, normed, rows, sublayer_out, pool);
+  Moe(layer, normed, rows, sublayer_out, ctx, routed_bytes);
   HcExpand(sublayer_out, ffn_mix, rows, hc, dim, streams);
   pre_mix = ffn_mix.pre;
 }
 
 void Model::ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t>& hash_ids,
-                        std::vector<float>& streams, ThreadPool& pool) const {
+                        std::vector<float>& streams, const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   const EngramWeights& e = *weights_.layers[layer].engram;
   const int layer_index = c.roles[layer].engram_index;
@@ -276,7 +287,7 @@ void Model::ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t
     }
   }
   std::vector<float> kv(rows * e.wkv.rows);
-  Linear(e.wkv, gathered.data(), rows, kv.data(), pool);
+  Linear(e.wkv, gathered.data(), rows, kv.data(), ctx);
 
   const float eps = static_cast<float>(c.norm_eps);
   const float inv_sqrt_dim = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));

@@ -52,7 +52,19 @@ Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, st
       main_rope_(config_.rope_head_dim, config_.rope_theta, 0, 1.0, config_.beta_fast, config_.beta_slow),
       compress_rope_(config_.rope_head_dim, config_.compress_rope_theta, config_.original_seq_len,
                      config_.rope_factor, config_.beta_fast, config_.beta_slow),
-      max_context_(max_context) {}
+      max_context_(max_context) {
+  for (const LayerWeights& layer : weights_.layers) {
+    const AttentionWeights& a = layer.attn;
+    uint64_t bytes = layer.hc_attn.fn.bytes() + layer.hc_ffn.fn.bytes();
+    for (const WeightMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor_wkv, &a.compressor_wgate,
+                                  &a.indexer_wk, &a.indexer_wq_b, &a.indexer_weights_proj, &layer.ffn.gate,
+                                  &layer.ffn.shared.w1, &layer.ffn.shared.w2, &layer.ffn.shared.w3}) {
+      bytes += m->bytes();
+    }
+    if (layer.engram) bytes += layer.engram->wkv.bytes();
+    layer_fixed_bytes_.push_back(bytes);
+  }
+}
 
 std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOptions& options) {
   ModelConfig config = LoadModelConfig(model_dir);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/thread_pool.h"
+#include "kernels/cpu/compute_context.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/engram_hash.h"
@@ -46,6 +46,11 @@ struct ForwardItem {
   bool all_logits = false;          // logits for every token, or only the last
 };
 
+// What a forward read: the basis of bandwidth accounting in `deepinfer bench`.
+struct ForwardStats {
+  uint64_t weight_bytes = 0;  // every weight byte the forward touched, each tensor counted once
+};
+
 struct ModelOptions {
   int64_t max_context = 0;  // 0: the config's max_position_embeddings
 };
@@ -65,6 +70,9 @@ class Model {
   // Returns fp32 logits, [rows, vocab]: per item in order, every token's row when
   // all_logits, else the last token's. Throws Error on bad input (token id out of range,
   // context exceeded) before any state changes.
+  std::vector<float> Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
+                             ForwardStats* stats = nullptr) const;
+  // The same on the best SIMD level this CPU supports.
   std::vector<float> Forward(std::span<const ForwardItem> items, ThreadPool& pool) const;
 
  private:
@@ -75,14 +83,16 @@ class Model {
   struct SharedIndex;
 
   void ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t>& hash_ids, std::vector<float>& streams,
-                   ThreadPool& pool) const;
+                   const ComputeContext& ctx) const;
   void RunBlock(int layer, const Batch& batch, std::vector<float>& streams, std::vector<float>& pre_mix,
-                SharedIndex& shared, ThreadPool& pool) const;
+                SharedIndex& shared, const ComputeContext& ctx, uint64_t* routed_bytes) const;
   void Attention(int layer, const Batch& batch, const std::vector<float>& x, std::vector<float>& out,
-                 SharedIndex& shared, ThreadPool& pool) const;
+                 SharedIndex& shared, const ComputeContext& ctx) const;
   void CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x, const std::vector<float>& qr,
-                        SharedIndex& shared, ThreadPool& pool) const;
-  void Moe(int layer, const std::vector<float>& x, int64_t rows, std::vector<float>& out, ThreadPool& pool) const;
+                        SharedIndex& shared, const ComputeContext& ctx) const;
+  // Adds the bytes of the routed experts it ran to *routed_bytes.
+  void Moe(int layer, const std::vector<float>& x, int64_t rows, std::vector<float>& out, const ComputeContext& ctx,
+           uint64_t* routed_bytes) const;
   const RopeTable& RopeFor(int compress_ratio) const { return compress_ratio > 0 ? compress_rope_ : main_rope_; }
 
   ModelConfig config_;
@@ -92,6 +102,7 @@ class Model {
   RopeTable main_rope_;
   RopeTable compress_rope_;
   int64_t max_context_;
+  std::vector<uint64_t> layer_fixed_bytes_;  // per layer: every weight but the routed experts
 };
 
 }  // namespace deepinfer

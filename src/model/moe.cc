@@ -16,11 +16,11 @@ float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 // One SwiGLU expert over `rows` inputs; `route_weights` (nullptr for the shared expert)
 // multiplies the activation before w2. Output rows are bf16 values.
 void RunExpert(const ExpertWeights& e, const float* x, int64_t rows, const float* route_weights, float swiglu_limit,
-               std::vector<float>& out, ThreadPool& pool) {
+               std::vector<float>& out, const ComputeContext& ctx) {
   const int64_t inter = e.w1.rows;
   std::vector<float> gate(rows * inter), up(rows * inter);
-  Linear(e.w1, x, rows, gate.data(), pool);
-  Linear(e.w3, x, rows, up.data(), pool);
+  Linear(e.w1, x, rows, gate.data(), ctx);
+  Linear(e.w3, x, rows, up.data(), ctx);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < inter; ++j) {
       float g = gate[r * inter + j];
@@ -35,13 +35,13 @@ void RunExpert(const ExpertWeights& e, const float* x, int64_t rows, const float
     }
   }
   out.resize(rows * e.w2.rows);
-  Linear(e.w2, gate.data(), rows, out.data(), pool);
+  Linear(e.w2, gate.data(), rows, out.data(), ctx);
 }
 
 }  // namespace
 
 void Model::Moe(int layer, const std::vector<float>& x, int64_t rows, std::vector<float>& out,
-                ThreadPool& pool) const {
+                const ComputeContext& ctx, uint64_t* routed_bytes) const {
   const ModelConfig& c = config_;
   const MoeWeights& w = weights_.layers[layer].ffn;
   const int experts = c.n_routed_experts;
@@ -50,7 +50,7 @@ void Model::Moe(int layer, const std::vector<float>& x, int64_t rows, std::vecto
   const float swiglu_limit = static_cast<float>(c.swiglu_limit);
 
   std::vector<float> scores(rows * experts);
-  DenseLinear(w.gate, x.data(), rows, scores.data(), /*round_to_bf16=*/false, pool);
+  DenseLinear(w.gate, x.data(), rows, scores.data(), /*round_to_bf16=*/false, ctx);
   // Per expert: the rows routed to it and their routing weights.
   std::vector<std::vector<int64_t>> routed_rows(experts);
   std::vector<std::vector<float>> routed_weights(experts);
@@ -87,15 +87,16 @@ void Model::Moe(int layer, const std::vector<float>& x, int64_t rows, std::vecto
     const std::vector<int64_t>& members = routed_rows[e];
     if (members.empty()) continue;
     const int64_t count = static_cast<int64_t>(members.size());
+    *routed_bytes += w.experts[e].w1.bytes() + w.experts[e].w2.bytes() + w.experts[e].w3.bytes();
     gathered.resize(count * dim);
     for (int64_t k = 0; k < count; ++k) std::copy_n(x.begin() + members[k] * dim, dim, gathered.begin() + k * dim);
-    RunExpert(w.experts[e], gathered.data(), count, routed_weights[e].data(), swiglu_limit, expert_out, pool);
+    RunExpert(w.experts[e], gathered.data(), count, routed_weights[e].data(), swiglu_limit, expert_out, ctx);
     for (int64_t k = 0; k < count; ++k) {
       float* yr = y.data() + members[k] * dim;
       for (int64_t d = 0; d < dim; ++d) yr[d] += expert_out[k * dim + d];
     }
   }
-  RunExpert(w.shared, x.data(), rows, nullptr, swiglu_limit, expert_out, pool);
+  RunExpert(w.shared, x.data(), rows, nullptr, swiglu_limit, expert_out, ctx);
   out.resize(rows * dim);
   for (int64_t i = 0; i < rows * dim; ++i) out[i] = RoundToBF16(y[i] + expert_out[i]);
 }

@@ -256,10 +256,11 @@ GemmCase LoadGemmCase(const std::string& name) {
 const std::vector<std::string> kGemmCases = {"fp8_m1", "fp8_m3", "fp8_m7", "fp8_m4", "fp8_wide_m7",
                                              "fp4_m1", "fp4_m3", "fp4_m7", "fp4_m5", "fp4_wide_m3"};
 
-std::vector<float> RunQuantized(const GemmCase& c, const float* x, int64_t m, int threads) {
+std::vector<float> RunQuantized(const GemmCase& c, const float* x, int64_t m, int threads,
+                                IsaLevel isa = IsaLevel::kScalar) {
   ThreadPool pool(threads);
   std::vector<float> y(m * c.n, std::nanf(""));
-  QuantizedLinear(c.matrix, x, m, y.data(), pool);
+  QuantizedLinear(c.matrix, x, m, y.data(), ComputeContext{pool, isa});
   return y;
 }
 
@@ -318,7 +319,7 @@ TEST(QuantizedLinear, ThreadCountInvariantBitwise) {
     ASSERT_EQ(0, std::memcmp(row_three.data(), one.data() + (c.m - 1) * c.n, c.n * sizeof(float)));
     ThreadPool pool(3);
     std::vector<float> via_linear(c.m * c.n);
-    Linear(c.matrix, c.x.data(), c.m, via_linear.data(), pool);
+    Linear(c.matrix, c.x.data(), c.m, via_linear.data(), ComputeContext{pool, IsaLevel::kScalar});
     ASSERT_EQ(0, std::memcmp(one.data(), via_linear.data(), one.size() * sizeof(float)));
   }
 }

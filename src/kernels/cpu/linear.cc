@@ -6,7 +6,7 @@
 
 namespace deepinfer {
 
-void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx) {
   DI_CHECK(w.quantized(), "QuantizedLinear needs an FP8 or FP4 weight");
   DI_CHECK(w.cols % kQuantBlock == 0, "K=", w.cols, " is not a multiple of ", kQuantBlock);
   const int64_t k_blocks = w.cols / kQuantBlock;
@@ -21,7 +21,7 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
       for (int64_t c = 0; c < w.cols; ++c) x_codes[r * w.cols + c] = E4M3ToFloat(codes[c]);
     }
   }
-  pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
+  ctx.pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
     std::vector<float> w_row(w.cols);
     std::vector<float> w_scales(k_blocks);
     for (size_t n = begin; n < end; ++n) {
@@ -44,8 +44,8 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
 }
 
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                 ThreadPool& pool) {
-  pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
+                 const ComputeContext& ctx) {
+  ctx.pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
     std::vector<float> w_row(w.cols);
     for (size_t n = begin; n < end; ++n) {
       w.DequantizedRow(n, w_row.data());
@@ -59,11 +59,11 @@ void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, boo
   });
 }
 
-void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx) {
   if (w.quantized()) {
-    QuantizedLinear(w, x, m, y, pool);
+    QuantizedLinear(w, x, m, y, ctx);
   } else {
-    DenseLinear(w, x, m, y, /*round_to_bf16=*/true, pool);
+    DenseLinear(w, x, m, y, /*round_to_bf16=*/true, ctx);
   }
 }
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/thread_pool.h"
+#include "kernels/cpu/compute_context.h"
 #include "kernels/cpu/weight_matrix.h"
 
 namespace deepinfer {
@@ -14,15 +14,15 @@ namespace deepinfer {
 // FP8/FP4 weights: the input is act-quantized to e4m3 with one power-of-two scale per 32
 // elements, each 32-wide K block is summed in fp32, scaled by both block scales and added
 // in K order; the output is rounded to bf16 (fp8_gemm / fp4_gemm of the reference).
-void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool);
+void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx);
 
 // Plain dot products in fp32 over dequantized weights (F.linear). With round_to_bf16 the
 // output is rounded as a bf16 GEMM's would be; without, it stays fp32.
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                 ThreadPool& pool);
+                 const ComputeContext& ctx);
 
 // Dispatches on the weight format the way the reference's `linear()` does: quantized
 // weights take the quantized path, bf16 weights a bf16 GEMM.
-void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool);
+void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx);
 
 }  // namespace deepinfer

@@ -34,6 +34,17 @@ void WeightMatrix::UnscaledRow(int64_t row, float* out) const {
   }
 }
 
+uint64_t WeightMatrix::bytes() const {
+  if (empty()) return 0;
+  switch (format) {
+    case MatrixFormat::kBF16: return rows * cols * 2;
+    case MatrixFormat::kF32: return rows * cols * 4;
+    case MatrixFormat::kFP8Block32: return rows * cols + ((rows + kQuantBlock - 1) / kQuantBlock) * scale_cols();
+    case MatrixFormat::kFP4Row32: return rows * cols / 2 + rows * scale_cols();
+  }
+  return 0;
+}
+
 WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
   DI_CHECK(begin >= 0 && begin + count <= rows, "row slice [", begin, ", ", begin + count, ") of ", rows, " rows");
   WeightMatrix slice = *this;

@@ -26,6 +26,8 @@ struct WeightMatrix {
 
   bool empty() const { return data == nullptr; }
   bool quantized() const { return format == MatrixFormat::kFP8Block32 || format == MatrixFormat::kFP4Row32; }
+  // Bytes of the payload plus its scales.
+  uint64_t bytes() const;
   int64_t scale_cols() const { return (cols + kQuantBlock - 1) / kQuantBlock; }
 
   // Power-of-two scale of the block holding (row, col); 1 for unquantized formats.

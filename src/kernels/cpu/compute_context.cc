@@ -1,0 +1,82 @@
+#include "kernels/cpu/compute_context.h"
+
+#include <cpuid.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace deepinfer {
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool avx512 = false;
+  bool avx512_bf16 = false;
+};
+
+uint64_t ReadXcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+CpuFeatures Detect() {
+  CpuFeatures f;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = ecx & (1u << 27);
+  const bool fma = ecx & (1u << 12);
+  const bool f16c = ecx & (1u << 29);
+  if (!osxsave) return f;
+  const uint64_t xcr0 = ReadXcr0();
+  const bool ymm_saved = (xcr0 & 0x6) == 0x6;
+  const bool zmm_saved = (xcr0 & 0xE6) == 0xE6;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  const bool avx2 = ebx & (1u << 5);
+  const bool avx512f = ebx & (1u << 16), avx512dq = ebx & (1u << 17), avx512bw = ebx & (1u << 30),
+             avx512vl = ebx & (1u << 31);
+  f.avx2 = avx2 && fma && f16c && ymm_saved;
+  f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && zmm_saved;
+  unsigned eax1 = 0, ebx1, ecx1, edx1;
+  if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1)) f.avx512_bf16 = f.avx512 && (eax1 & (1u << 5));
+  return f;
+}
+
+}  // namespace
+
+std::string_view IsaName(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kScalar: return "scalar";
+    case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+std::optional<IsaLevel> ParseIsa(std::string_view name) {
+  for (IsaLevel level : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    if (IsaName(level) == name) return level;
+  }
+  return std::nullopt;
+}
+
+IsaLevel DetectIsa() {
+  const CpuFeatures f = Detect();
+  if (f.avx512) return IsaLevel::kAvx512;
+  if (f.avx2) return IsaLevel::kAvx2;
+  return IsaLevel::kScalar;
+}
+
+bool CpuHasAvx512Bf16() { return Detect().avx512_bf16; }
+
+IsaLevel ChooseIsa(std::optional<IsaLevel> forced) {
+  const IsaLevel detected = DetectIsa();
+  if (!forced) return detected;
+  if (static_cast<int>(*forced) > static_cast<int>(detected)) {
+    throw MakeError("SIMD level ", IsaName(*forced), " requested but this CPU supports at most ", IsaName(detected));
+  }
+  return *forced;
+}
+
+}  // namespace deepinfer

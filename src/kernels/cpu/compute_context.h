@@ -1,0 +1,31 @@
+// What every CPU kernel call needs besides its operands: the thread pool and the SIMD level
+// the kernels dispatch to (chosen once at start-up from what the CPU and OS support, or
+// forced lower for testing).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "core/thread_pool.h"
+
+namespace deepinfer {
+
+enum class IsaLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+std::string_view IsaName(IsaLevel level);
+std::optional<IsaLevel> ParseIsa(std::string_view name);  // "scalar", "avx2", "avx512"
+
+// The best level this CPU and OS support: AVX2+FMA+F16C, or AVX-512 F/BW/VL/DQ (+BF16 where
+// present); the OS must save the wider registers (XCR0).
+IsaLevel DetectIsa();
+bool CpuHasAvx512Bf16();
+
+struct ComputeContext {
+  ThreadPool& pool;
+  IsaLevel isa;
+};
+
+// The detected level, or `forced` when given; throws Error if `forced` exceeds the CPU.
+IsaLevel ChooseIsa(std::optional<IsaLevel> forced);
+
+}  // namespace deepinfer
