@@ -199,8 +199,7 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
           for (int64_t d = 0; d < head_dim; ++d) {
             float max_score = -INFINITY;
             for (int t = 0; t < ratio; ++t) max_score = std::max(max_score, cache.pending_gate[((g * ratio) + t) * head_dim + d]);
-            float weights[16];
-            DI_CHECK(ratio <= 16, "compress ratio ", ratio, " above 16 is not supported");
+            float weights[kMaxCompressRatio];
             float sum = 0.0f;
             for (int t = 0; t < ratio; ++t) {
               weights[t] = std::exp(cache.pending_gate[((g * ratio) + t) * head_dim + d] - max_score);

@@ -3,14 +3,16 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/model_internal.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
 namespace {
 
-// Shape constraints the quantizers impose (every act-quant and QDQ works on whole blocks).
-void CheckQuantizableShapes(const ModelConfig& c) {
+// What this engine supports beyond a valid config: the quantizers work on whole blocks, and a
+// few loops keep small fixed-size scratch arrays.
+void CheckEngineConstraints(const ModelConfig& c) {
   std::vector<std::string> problems;
   auto require = [&](int64_t value, int64_t multiple, const char* what) {
     if (value % multiple != 0) {
@@ -27,8 +29,16 @@ void CheckQuantizableShapes(const ModelConfig& c) {
   require(c.o_lora_rank, 32, "o_lora_rank");
   require(c.num_heads * c.head_dim / std::max(c.o_groups, 1), 32, "heads * head_dim / o_groups");
   if (!c.engram_layer_ids.empty()) require(c.engram_head_dim, 32, "engram_head_dim");
+  if (c.num_experts_per_tok > kMaxExpertsPerToken) {
+    problems.push_back("num_experts_per_tok = " + std::to_string(c.num_experts_per_tok) + " exceeds " +
+                       std::to_string(kMaxExpertsPerToken));
+  }
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerRole& role = c.roles[layer];
+    if (role.compress_ratio > kMaxCompressRatio) {
+      problems.push_back("layer " + std::to_string(layer) + " compress ratio " + std::to_string(role.compress_ratio) +
+                         " exceeds " + std::to_string(kMaxCompressRatio));
+    }
     if (role.uses_candidates && c.roles[c.candidate_source_layer].kv_source_layer != role.kv_source_layer) {
       problems.push_back("layer " + std::to_string(layer) + " filters by the candidates of layer " +
                          std::to_string(c.candidate_source_layer) + " but reads a different KV source");
@@ -68,7 +78,7 @@ Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, st
 
 std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOptions& options) {
   ModelConfig config = LoadModelConfig(model_dir);
-  CheckQuantizableShapes(config);
+  CheckEngineConstraints(config);
   Checkpoint checkpoint = Checkpoint::Open(model_dir);
   ModelWeights weights = BindWeights(config, checkpoint, model_dir);
   std::optional<EngramHasher> hasher;

@@ -8,6 +8,10 @@
 
 namespace deepinfer {
 
+// Sizes of fixed scratch arrays in the compressor and router loops (checked at load).
+inline constexpr int kMaxCompressRatio = 16;
+inline constexpr int kMaxExpertsPerToken = 64;
+
 // The tokens of one forward, flattened: row r is token `rows[r]` of item `rows[r].item`.
 struct Model::Batch {
   struct Row {

@@ -65,8 +65,7 @@ void Model::Moe(int layer, const std::vector<float>& x, int64_t rows, std::vecto
       const float sb = s[b] + w.gate_bias[b];
       return sa > sb || (sa == sb && a < b);
     });
-    float weights[64];
-    DI_CHECK(top_k <= 64, "top-k ", top_k, " above 64");
+    float weights[kMaxExpertsPerToken];
     float sum = 0.0f;
     for (int j = 0; j < top_k; ++j) {
       weights[j] = s[order[j]];
