@@ -93,12 +93,15 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
   if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, ctx);
 
   // Each query attends over its window (oldest first, the reference's decode layout) and
-  // the compressed entries its index source picked.
+  // the compressed entries its index source picked. Work is split by (query, head), so even a
+  // single decode token uses every thread; each head's result does not depend on the split.
   std::vector<float> o(rows * heads * head_dim);
   const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  ctx.pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+  ctx.pool.ParallelFor(rows * heads, [&](size_t begin, size_t end) {
     std::vector<const float*> entries;
-    for (size_t r = begin; r < end; ++r) {
+    for (size_t unit = begin; unit < end; ++unit) {
+      const size_t r = unit / heads;
+      const int h = static_cast<int>(unit % heads);
       const Batch::Row& row = batch.rows[r];
       const SequenceState& state = *batch.items[row.item]->state;
       const int64_t start = batch.start(row.item);
@@ -117,11 +120,14 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
         const std::vector<float>& compressed = state.layers[role.kv_source_layer].compressed_kv;
         for (int32_t index : shared.topk[r]) entries.push_back(compressed.data() + index * head_dim);
       }
-      SparseAttentionWithSink(q.data() + r * heads * head_dim, heads, head_dim, entries, w.attn_sink.data(),
-                              softmax_scale, o.data() + r * heads * head_dim);
-      RopeHeads(o.data() + r * heads * head_dim, heads, head_dim, rope, row.position, /*inverse=*/true);
+      const int64_t offset = (r * heads + h) * head_dim;
+      SparseAttentionWithSink(ctx.isa, q.data() + offset, 1, head_dim, entries, w.attn_sink.data() + h, softmax_scale,
+                              o.data() + offset);
     }
   });
+  for (int64_t r = 0; r < rows; ++r) {
+    RopeHeads(o.data() + r * heads * head_dim, heads, head_dim, rope, batch.rows[r].position, /*inverse=*/true);
+  }
 
   // Grouped wo_a (block-diagonal over o_groups, bf16 x bf16, no act quant), then wo_b.
   const int64_t group_in = heads * head_dim / c.o_groups;

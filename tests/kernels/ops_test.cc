@@ -126,11 +126,11 @@ struct AttnCase {
     }
     return entries;
   }
-  std::vector<float> Run(int t) const {
+  std::vector<float> Run(int t, IsaLevel isa = IsaLevel::kScalar) const {
     const auto entries = Entries(t);
     std::vector<float> out(heads * dim, std::nanf(""));
-    SparseAttentionWithSink(q.data() + static_cast<int64_t>(t) * heads * dim, heads, dim, entries, sink.data(), scale,
-                            out.data());
+    SparseAttentionWithSink(isa, q.data() + static_cast<int64_t>(t) * heads * dim, heads, dim, entries, sink.data(),
+                            scale, out.data());
     return out;
   }
 };
@@ -172,35 +172,38 @@ constexpr int kMaxUlp = 1;
 constexpr double kMaxDifferingFraction = 0.01;
 
 TEST(SparseAttentionWithSink, MatchesReferenceWithMinusOneEntriesAndMultipleBlocks) {
-  size_t total = 0, differing = 0;
-  int worst = 0;
-  for (const std::string& name : kAttnCases) {
-    SCOPED_TRACE(name);
-    const AttnCase c = LoadAttnCase(name);
-    size_t case_differing = 0;
-    int case_worst = 0;
-    for (int t = 0; t < c.m; ++t) {
-      const std::vector<float> out = c.Run(t);
-      for (int64_t i = 0; i < c.heads * c.dim; ++i) {
-        const float expected = c.expected[t * c.heads * c.dim + i];
-        ASSERT_TRUE(std::isfinite(out[i])) << "query " << t << " element " << i;
-        EXPECT_EQ(Bits(out[i]) & 0xFFFFu, 0u) << "output is not bf16-rounded";
-        const int ulp = Bf16UlpDistance(out[i], expected);
-        case_worst = std::max(case_worst, ulp);
-        if (ulp != 0) ++case_differing;
-        EXPECT_LE(ulp, kMaxUlp) << "query " << t << " head " << i / c.dim << " d " << i % c.dim << ": ours " << out[i]
-                                << ", reference " << expected;
+  for (const IsaLevel isa : SupportedIsaLevels()) {
+    SCOPED_TRACE(IsaName(isa));
+    size_t total = 0, differing = 0;
+    int worst = 0;
+    for (const std::string& name : kAttnCases) {
+      SCOPED_TRACE(name);
+      const AttnCase c = LoadAttnCase(name);
+      size_t case_differing = 0;
+      int case_worst = 0;
+      for (int t = 0; t < c.m; ++t) {
+        const std::vector<float> out = c.Run(t, isa);
+        for (int64_t i = 0; i < c.heads * c.dim; ++i) {
+          const float expected = c.expected[t * c.heads * c.dim + i];
+          ASSERT_TRUE(std::isfinite(out[i])) << "query " << t << " element " << i;
+          EXPECT_EQ(Bits(out[i]) & 0xFFFFu, 0u) << "output is not bf16-rounded";
+          const int ulp = Bf16UlpDistance(out[i], expected);
+          case_worst = std::max(case_worst, ulp);
+          if (ulp != 0) ++case_differing;
+          EXPECT_LE(ulp, kMaxUlp) << "query " << t << " head " << i / c.dim << " d " << i % c.dim << ": ours " << out[i]
+                                  << ", reference " << expected;
+        }
       }
+      total += static_cast<size_t>(c.m * c.heads * c.dim);
+      differing += case_differing;
+      worst = std::max(worst, case_worst);
+      std::cout << "[ attn     ] " << name << " topk=" << c.topk << " dim=" << c.dim << ": worst " << case_worst
+                << " ulp, " << case_differing << " of " << c.m * c.heads * c.dim << " elements differ\n";
     }
-    total += static_cast<size_t>(c.m * c.heads * c.dim);
-    differing += case_differing;
-    worst = std::max(worst, case_worst);
-    std::cout << "[ attn     ] " << name << " topk=" << c.topk << " dim=" << c.dim << ": worst " << case_worst
-              << " ulp, " << case_differing << " of " << c.m * c.heads * c.dim << " elements differ\n";
+    std::cout << "[ attn     ] " << IsaName(isa) << ": worst " << worst << " bf16 ulp, " << differing << " of " << total
+              << " elements differ\n";
+    EXPECT_LE(static_cast<double>(differing), kMaxDifferingFraction * static_cast<double>(total));
   }
-  std::cout << "[ attn     ] worst " << worst << " bf16 ulp, " << differing << " of " << total
-            << " elements differ\n";
-  EXPECT_LE(static_cast<double>(differing), kMaxDifferingFraction * static_cast<double>(total));
 }
 
 // A query whose indices are all -1 yields exact +0 (the reference's finite -1e30 initial max).

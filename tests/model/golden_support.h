@@ -47,18 +47,23 @@ inline GoldenCase LoadGolden(const std::string& name) {
 // Runs `tokens` through a fresh sequence in chunks of the given sizes (cycled), collecting
 // the logits of every position.
 inline std::vector<float> RunChunked(const Model& model, const std::vector<int32_t>& tokens,
-                                     const std::vector<int>& chunk_sizes, ThreadPool& pool) {
+                                     const std::vector<int>& chunk_sizes, const ComputeContext& ctx) {
   SequenceState state = model.NewSequence();
   std::vector<float> logits;
   size_t done = 0;
   for (size_t step = 0; done < tokens.size(); ++step) {
     const size_t size = std::min<size_t>(chunk_sizes[step % chunk_sizes.size()], tokens.size() - done);
     ForwardItem item{&state, std::span<const int32_t>(tokens.data() + done, size), true};
-    std::vector<float> out = model.Forward({&item, 1}, pool);
+    std::vector<float> out = model.Forward({&item, 1}, ctx);
     logits.insert(logits.end(), out.begin(), out.end());
     done += size;
   }
   return logits;
+}
+
+inline std::vector<float> RunChunked(const Model& model, const std::vector<int32_t>& tokens,
+                                     const std::vector<int>& chunk_sizes, ThreadPool& pool) {
+  return RunChunked(model, tokens, chunk_sizes, ComputeContext{pool, DetectIsa()});
 }
 
 inline double Cosine(const float* a, const float* b, size_t n) {

@@ -1,9 +1,9 @@
 // The backbone against the official reference's logits on tiny random V4.1 models, in
 // every execution mode (tools/golden/make_tiny_models.py made the data).
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdio>
-
-#include <gtest/gtest.h>
 
 #include "model/golden_support.h"
 
@@ -51,42 +51,45 @@ TEST_P(GoldenTest, EveryModeMatchesTheReference) {
   ASSERT_EQ(golden.logits.shape[1], vocab);
   const float* ref = golden.logits.values.data();
 
-  std::vector<float> first_mode_logits;
-  for (const Mode& mode : Modes(golden.prompt_len)) {
-    const std::vector<float> ours = RunChunked(*model, golden.tokens, mode.chunks, *pool_);
-    ASSERT_EQ(ours.size(), golden.tokens.size() * vocab) << mode.name;
-    double sum = 0, min_cos = 1;
-    size_t near_ties = 0, argmax_mismatch = 0;
-    for (size_t p = 0; p < golden.tokens.size(); ++p) {
-      const double cos = Cosine(ours.data() + p * vocab, ref + p * vocab, vocab);
-      sum += cos;
-      min_cos = std::min(min_cos, cos);
-      if (Margin(ref + p * vocab, vocab) <= kNearTieMargin) {
-        ++near_ties;
-      } else if (ArgMax(ours.data() + p * vocab, vocab) != ArgMax(ref + p * vocab, vocab)) {
-        ++argmax_mismatch;
+  for (const IsaLevel isa : SupportedIsaLevels()) {
+    std::vector<float> first_mode_logits;
+    const ComputeContext ctx{*pool_, isa};
+    for (const Mode& mode : Modes(golden.prompt_len)) {
+      const std::vector<float> ours = RunChunked(*model, golden.tokens, mode.chunks, ctx);
+      ASSERT_EQ(ours.size(), golden.tokens.size() * vocab) << mode.name;
+      double sum = 0, min_cos = 1;
+      size_t near_ties = 0, argmax_mismatch = 0;
+      for (size_t p = 0; p < golden.tokens.size(); ++p) {
+        const double cos = Cosine(ours.data() + p * vocab, ref + p * vocab, vocab);
+        sum += cos;
+        min_cos = std::min(min_cos, cos);
+        if (Margin(ref + p * vocab, vocab) <= kNearTieMargin) {
+          ++near_ties;
+        } else if (ArgMax(ours.data() + p * vocab, vocab) != ArgMax(ref + p * vocab, vocab)) {
+          ++argmax_mismatch;
+        }
       }
-    }
-    const double mean = sum / golden.tokens.size();
-    std::printf(
-        "[golden] %s %-26s positions %zu  mean cos %.7f  min cos %.7f  near ties %zu  argmax mismatches %zu  "
-        "(reference fp64 envelope: mean %.7f min %.7f)\n",
-        GetParam().c_str(), mode.name, golden.tokens.size(), mean, min_cos, near_ties, argmax_mismatch,
-        golden.envelope_mean_cosine, golden.envelope_min_cosine);
-    EXPECT_GE(mean, kMinMeanCosine) << mode.name;
-    EXPECT_GE(min_cos, kMinCosine) << mode.name;
-    EXPECT_GE(mean, 1.0 - kEnvelopeFactor * (1.0 - golden.envelope_mean_cosine))
-        << mode.name << ": mean cosine further from the reference than " << kEnvelopeFactor
-        << "x its own fp64 noise envelope (" << golden.envelope_mean_cosine << ")";
-    EXPECT_GE(min_cos, 1.0 - kEnvelopeFactor * (1.0 - golden.envelope_min_cosine))
-        << mode.name << ": min cosine outside " << kEnvelopeFactor << "x the reference's envelope ("
-        << golden.envelope_min_cosine << ")";
-    EXPECT_EQ(argmax_mismatch, 0u) << mode.name;
-    // Our forward is exactly chunking-invariant: every mode gives the same bits.
-    if (first_mode_logits.empty()) {
-      first_mode_logits = ours;
-    } else {
-      EXPECT_TRUE(ours == first_mode_logits) << mode.name << " differs from whole-prompt prefill";
+      const double mean = sum / golden.tokens.size();
+      std::printf(
+          "[golden] %s %-7s %-26s positions %zu  mean cos %.7f  min cos %.7f  near ties %zu  argmax mismatches %zu  "
+          "(reference fp64 envelope: mean %.7f min %.7f)\n",
+          GetParam().c_str(), std::string(IsaName(isa)).c_str(), mode.name, golden.tokens.size(), mean, min_cos,
+          near_ties, argmax_mismatch, golden.envelope_mean_cosine, golden.envelope_min_cosine);
+      EXPECT_GE(mean, kMinMeanCosine) << mode.name;
+      EXPECT_GE(min_cos, kMinCosine) << mode.name;
+      EXPECT_GE(mean, 1.0 - kEnvelopeFactor * (1.0 - golden.envelope_mean_cosine))
+          << mode.name << ": mean cosine further from the reference than " << kEnvelopeFactor
+          << "x its own fp64 noise envelope (" << golden.envelope_mean_cosine << ")";
+      EXPECT_GE(min_cos, 1.0 - kEnvelopeFactor * (1.0 - golden.envelope_min_cosine))
+          << mode.name << ": min cosine outside " << kEnvelopeFactor << "x the reference's envelope ("
+          << golden.envelope_min_cosine << ")";
+      EXPECT_EQ(argmax_mismatch, 0u) << mode.name;
+      // Our forward is exactly chunking-invariant: every mode gives the same bits.
+      if (first_mode_logits.empty()) {
+        first_mode_logits = ours;
+      } else {
+        EXPECT_TRUE(ours == first_mode_logits) << mode.name << " differs from whole-prompt prefill";
+      }
     }
   }
 }
@@ -105,8 +108,8 @@ TEST_P(GoldenTest, GreedyContinuationMatchesUpToNearTies) {
     const float* ref_row = golden.logits.values.data() + (p - 1) * vocab;
     if (ours != golden.tokens[p]) {
       EXPECT_LE(Margin(ref_row, vocab), kNearTieMargin)
-          << "greedy token " << p - golden.prompt_len << " differs (ours " << ours << ", reference "
-          << golden.tokens[p] << ") at a position that is not a near tie";
+          << "greedy token " << p - golden.prompt_len << " differs (ours " << ours << ", reference " << golden.tokens[p]
+          << ") at a position that is not a near tie";
       break;  // after a legitimate near-tie split the continuations diverge
     }
     ++matched;

@@ -70,6 +70,12 @@ IsaLevel DetectIsa() {
 
 bool CpuHasAvx512Bf16() { return Detect().avx512_bf16; }
 
+std::vector<IsaLevel> SupportedIsaLevels() {
+  std::vector<IsaLevel> levels;
+  for (int level = 0; level <= static_cast<int>(DetectIsa()); ++level) levels.push_back(static_cast<IsaLevel>(level));
+  return levels;
+}
+
 IsaLevel ChooseIsa(std::optional<IsaLevel> forced) {
   const IsaLevel detected = DetectIsa();
   if (!forced) return detected;

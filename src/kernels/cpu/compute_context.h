@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -19,6 +20,8 @@ std::optional<IsaLevel> ParseIsa(std::string_view name);  // "scalar", "avx2", "
 // present); the OS must save the wider registers (XCR0).
 IsaLevel DetectIsa();
 bool CpuHasAvx512Bf16();
+// Every level up to the detected one, lowest first: what tests run each fast path against.
+std::vector<IsaLevel> SupportedIsaLevels();
 
 struct ComputeContext {
   ThreadPool& pool;

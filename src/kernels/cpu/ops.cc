@@ -77,3 +77,17 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
 }
 
 }  // namespace deepinfer
+
+namespace deepinfer {
+
+void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
+                             std::span<const float* const> entries, const float* sink, float softmax_scale,
+                             float* out) {
+  if (isa == IsaLevel::kAvx512 && dim % 16 == 0) {
+    SparseAttentionWithSinkAvx512(q, heads, dim, entries, sink, softmax_scale, out);
+  } else {
+    SparseAttentionWithSink(q, heads, dim, entries, sink, softmax_scale, out);
+  }
+}
+
+}  // namespace deepinfer

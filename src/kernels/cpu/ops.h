@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/compute_context.h"
+
 namespace deepinfer {
 
 // RMSNorm: bf16(weight * (x * rsqrt(mean(x^2) + eps))), statistics in fp32.
@@ -22,6 +24,15 @@ void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin,
 inline constexpr int kSparseAttentionBlock = 64;
 void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                              const float* sink, float softmax_scale, float* out);
+
+// The same on the SIMD level `isa` allows. At kAvx512 only the summation order of each q.k
+// dot product differs from the scalar oracle (P.V is elementwise and rounds identically), so
+// outputs stay within fp32 rounding of it, independent of other queries and heads.
+void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
+                             std::span<const float* const> entries, const float* sink, float softmax_scale,
+                             float* out);
+void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
+                                   const float* sink, float softmax_scale, float* out);
 
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
