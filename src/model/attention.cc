@@ -272,9 +272,7 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
         const float* key = keys.data() + t * index_dim;
         float total = 0.0f;
         for (int h = 0; h < index_heads; ++h) {
-          const float* qh = qrow + h * index_dim;
-          float dot = 0.0f;
-          for (int64_t d = 0; d < index_dim; ++d) dot += qh[d] * key[d];
+          const float dot = DotProduct(ctx.isa, qrow + h * index_dim, key, index_dim);
           total += std::max(dot, 0.0f) * (head_weights[r * index_heads + h] * weight_scale);
         }
         scores[t] = total;

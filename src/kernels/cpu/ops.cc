@@ -80,6 +80,13 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
 
 namespace deepinfer {
 
+float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
+  if (isa == IsaLevel::kAvx512) return DotProductAvx512(a, b, n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
                              std::span<const float* const> entries, const float* sink, float softmax_scale,
                              float* out) {

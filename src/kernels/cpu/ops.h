@@ -34,6 +34,11 @@ void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t di
 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                                    const float* sink, float softmax_scale, float* out);
 
+// sum_i a[i] * b[i] in fp32: sequential at kScalar; 2x16 lanes and a fixed reduction tree
+// at kAvx512. Deterministic for a given level.
+float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n);
+float DotProductAvx512(const float* a, const float* b, int64_t n);
+
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
 }  // namespace deepinfer

@@ -13,12 +13,13 @@
 #include "core/numeric.h"
 #include "kernels/cpu/ops.h"
 
-namespace deepinfer {
-namespace {
-
+// Compiled for AVX-512 per function, so the library needs no special flags; callers
+// dispatch here only when DetectIsa() says the CPU and OS support it.
 #define DI_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 
-DI_AVX512 float Dot(const float* a, const float* b, int64_t n) {
+namespace deepinfer {
+
+DI_AVX512 float DotProductAvx512(const float* a, const float* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -37,8 +38,6 @@ DI_AVX512 float Dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-}  // namespace
-
 DI_AVX512 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim,
                                              std::span<const float* const> entries, const float* sink,
                                              float softmax_scale, float* out) {
@@ -56,7 +55,7 @@ DI_AVX512 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t 
       float block_max = -INFINITY;
       for (size_t k = 0; k < block; ++k) {
         const float* kv = entries[start + k];
-        scores[k] = kv == nullptr ? -INFINITY : Dot(qh, kv, dim) * softmax_scale;
+        scores[k] = kv == nullptr ? -INFINITY : DotProductAvx512(qh, kv, dim) * softmax_scale;
         block_max = std::max(block_max, scores[k]);
       }
       const float new_max = std::max(running_max, block_max);
