@@ -1,6 +1,7 @@
 #include "core/numeric.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 
@@ -65,16 +66,92 @@ uint8_t FloatToE2M1(float value) {
   return static_cast<uint8_t>(code | (std::signbit(value) ? 0x08 : 0x00));
 }
 
-void QdqFP8PowerOfTwo(std::span<float> values, size_t block) {
-  DI_CHECK(values.size() % block == 0, "size ", values.size(), " not a multiple of block ", block);
-  for (size_t start = 0; start < values.size(); start += block) {
-    std::span<float> blk = values.subspan(start, block);
-    const float scale = PowerOfTwoScaleCeil(std::max(BlockAbsMax(blk), 1e-4f), kFP8MaxInv);
-    for (float& v : blk) {
-      const float q = E4M3ToFloat(FloatToE4M3(std::clamp(v / scale, -kFP8Max, kFP8Max)));
-      v = RoundToBF16(q * scale);
+namespace {
+
+// ue8m0 byte of a power-of-two fp32 scale (its biased exponent).
+uint8_t ExponentByte(float power_of_two) { return static_cast<uint8_t>(std::bit_cast<uint32_t>(power_of_two) >> 23); }
+
+float FP8BlockScale(std::span<const float> block) {
+  return PowerOfTwoScaleCeil(std::max(BlockAbsMax(block), 1e-4f), kFP8MaxInv);
+}
+
+float FP4PowerOfTwoBlockScale(std::span<const float> block) {
+  return PowerOfTwoScaleCeil(std::max(BlockAbsMax(block), 6.0f * std::ldexp(1.0f, -126)), kFP4MaxInv);
+}
+
+uint8_t FP4E4M3BlockScaleCode(std::span<const float> block) {
+  return FloatToE4M3(std::max(BlockAbsMax(block), 6.0f * std::ldexp(1.0f, -9)) / kFP4Max);
+}
+
+void CheckBlocks(size_t n, size_t block) {
+  DI_CHECK(block > 0 && n % block == 0, "size ", n, " not a multiple of block ", block);
+}
+
+void PackNibble(uint8_t* packed, size_t i, uint8_t code) {
+  if (i & 1) {
+    packed[i >> 1] = static_cast<uint8_t>((packed[i >> 1] & 0x0F) | (code << 4));
+  } else {
+    packed[i >> 1] = static_cast<uint8_t>((packed[i >> 1] & 0xF0) | code);
+  }
+}
+
+}  // namespace
+
+void EncodeFP8PowerOfTwo(std::span<const float> values, size_t block, uint8_t* codes, uint8_t* exponents) {
+  CheckBlocks(values.size(), block);
+  for (size_t b = 0; b < values.size() / block; ++b) {
+    std::span<const float> blk = values.subspan(b * block, block);
+    const float scale = FP8BlockScale(blk);
+    exponents[b] = ExponentByte(scale);
+    for (size_t i = 0; i < block; ++i)
+      codes[b * block + i] = FloatToE4M3(std::clamp(blk[i] / scale, -kFP8Max, kFP8Max));
+  }
+}
+
+void DecodeFP8PowerOfTwo(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = RoundToBF16(E4M3ToFloat(codes[i]) * UE8M0ToFloat(exponents[i / block]));
+}
+
+void EncodeFP4PowerOfTwo(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* exponents) {
+  CheckBlocks(values.size(), block);
+  for (size_t b = 0; b < values.size() / block; ++b) {
+    std::span<const float> blk = values.subspan(b * block, block);
+    const float scale = FP4PowerOfTwoBlockScale(blk);
+    exponents[b] = ExponentByte(scale);
+    for (size_t i = 0; i < block; ++i) {
+      PackNibble(packed, b * block + i, FloatToE2M1(std::clamp(blk[i] / scale, -kFP4Max, kFP4Max)));
     }
   }
+}
+
+void DecodeFP4PowerOfTwo(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = RoundToBF16(E2M1ToFloat(PackedFP4Code(packed, i)) * UE8M0ToFloat(exponents[i / block]));
+  }
+}
+
+void EncodeFP4E4M3Scale(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales) {
+  CheckBlocks(values.size(), block);
+  for (size_t b = 0; b < values.size() / block; ++b) {
+    std::span<const float> blk = values.subspan(b * block, block);
+    scales[b] = FP4E4M3BlockScaleCode(blk);
+    const float scale = E4M3ToFloat(scales[b]);
+    for (size_t i = 0; i < block; ++i) {
+      PackNibble(packed, b * block + i, FloatToE2M1(std::clamp(blk[i] / scale, -kFP4Max, kFP4Max)));
+    }
+  }
+}
+
+void DecodeFP4E4M3Scale(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = RoundToBF16(E2M1ToFloat(PackedFP4Code(packed, i)) * E4M3ToFloat(scales[i / block]));
+}
+
+void QdqFP8PowerOfTwo(std::span<float> values, size_t block) {
+  CheckBlocks(values.size(), block);
+  std::vector<uint8_t> codes(values.size()), exponents(values.size() / block);
+  EncodeFP8PowerOfTwo(values, block, codes.data(), exponents.data());
+  DecodeFP8PowerOfTwo(codes.data(), exponents.data(), values.size(), block, values.data());
 }
 
 void QuantizeFP8PowerOfTwo(std::span<const float> values, size_t block, std::span<uint8_t> codes,
@@ -82,39 +159,25 @@ void QuantizeFP8PowerOfTwo(std::span<const float> values, size_t block, std::spa
   DI_CHECK(values.size() % block == 0 && codes.size() == values.size() && scales.size() == values.size() / block);
   for (size_t b = 0; b < scales.size(); ++b) {
     std::span<const float> blk = values.subspan(b * block, block);
-    const float scale = PowerOfTwoScaleCeil(std::max(BlockAbsMax(blk), 1e-4f), kFP8MaxInv);
-    scales[b] = scale;
+    scales[b] = FP8BlockScale(blk);
     for (size_t i = 0; i < block; ++i) {
-      codes[b * block + i] = FloatToE4M3(std::clamp(blk[i] / scale, -kFP8Max, kFP8Max));
+      codes[b * block + i] = FloatToE4M3(std::clamp(blk[i] / scales[b], -kFP8Max, kFP8Max));
     }
   }
 }
 
 void QdqFP4PowerOfTwo(std::span<float> values, size_t block) {
-  DI_CHECK(values.size() % block == 0, "size ", values.size(), " not a multiple of block ", block);
-  const float amax_floor = 6.0f * std::ldexp(1.0f, -126);
-  for (size_t start = 0; start < values.size(); start += block) {
-    std::span<float> blk = values.subspan(start, block);
-    const float scale = PowerOfTwoScaleCeil(std::max(BlockAbsMax(blk), amax_floor), kFP4MaxInv);
-    for (float& v : blk) {
-      const float q = E2M1ToFloat(FloatToE2M1(std::clamp(v / scale, -kFP4Max, kFP4Max)));
-      v = RoundToBF16(q * scale);
-    }
-  }
+  CheckBlocks(values.size(), block);
+  std::vector<uint8_t> packed((values.size() + 1) / 2), exponents(values.size() / block);
+  EncodeFP4PowerOfTwo(values, block, packed.data(), exponents.data());
+  DecodeFP4PowerOfTwo(packed.data(), exponents.data(), values.size(), block, values.data());
 }
 
 void QdqFP4E4M3Scale(std::span<float> values, size_t block) {
-  DI_CHECK(values.size() % block == 0, "size ", values.size(), " not a multiple of block ", block);
-  const float amax_floor = 6.0f * std::ldexp(1.0f, -9);
-  for (size_t start = 0; start < values.size(); start += block) {
-    std::span<float> blk = values.subspan(start, block);
-    const float amax = std::max(BlockAbsMax(blk), amax_floor);
-    const float scale = E4M3ToFloat(FloatToE4M3(amax / kFP4Max));
-    for (float& v : blk) {
-      const float q = E2M1ToFloat(FloatToE2M1(std::clamp(v / scale, -kFP4Max, kFP4Max)));
-      v = RoundToBF16(q * scale);
-    }
-  }
+  CheckBlocks(values.size(), block);
+  std::vector<uint8_t> packed((values.size() + 1) / 2), scales(values.size() / block);
+  EncodeFP4E4M3Scale(values, block, packed.data(), scales.data());
+  DecodeFP4E4M3Scale(packed.data(), scales.data(), values.size(), block, values.data());
 }
 
 }  // namespace deepinfer

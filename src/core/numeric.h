@@ -98,6 +98,19 @@ void QdqFP4PowerOfTwo(std::span<float> values, size_t block);
 // fp4_act_quant(x, block, inplace=True, scale_dtype=e4m3): e2m1 with e4m3 scales.
 void QdqFP4E4M3Scale(std::span<float> values, size_t block);
 
+// The same quantizers as encode/decode pairs, for storage that must reproduce the QDQ'd
+// values exactly (the KV cache formats of spec section 4.1). Decode(Encode(x)) equals the
+// Qdq* result bit for bit; the Qdq* functions are implemented that way.
+//   FP8 power-of-two: `codes` [n] e4m3, `exponents` [n / block] ue8m0.
+//   FP4 power-of-two: `packed` [n / 2] e2m1 (even element in the low nibble), `exponents` [n / block] ue8m0.
+//   FP4 e4m3-scaled:  `packed` [n / 2], `scales` [n / block] e4m3 codes.
+void EncodeFP8PowerOfTwo(std::span<const float> values, size_t block, uint8_t* codes, uint8_t* exponents);
+void DecodeFP8PowerOfTwo(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block, float* out);
+void EncodeFP4PowerOfTwo(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* exponents);
+void DecodeFP4PowerOfTwo(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
+void EncodeFP4E4M3Scale(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales);
+void DecodeFP4E4M3Scale(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
+
 // The FP8 activation quantization every FP8/FP4 GEMM applies to its input: codes plus one
 // power-of-two scale per block (the non-inplace act_quant).
 void QuantizeFP8PowerOfTwo(std::span<const float> values, size_t block, std::span<uint8_t> codes,

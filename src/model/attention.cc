@@ -28,9 +28,8 @@ std::vector<int32_t> TopKFinite(const std::vector<float>& scores, size_t k) {
     if (scores[t] != -INFINITY) order.push_back(static_cast<int32_t>(t));
   }
   k = std::min(k, order.size());
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
   order.resize(k);
   std::sort(order.begin(), order.end());
   return order;
@@ -78,19 +77,61 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
   }
   std::vector<float> q(rows * heads * head_dim);
   Linear(w.wq_b, qr_normed.data(), rows, q.data(), ctx);
-  for (int64_t r = 0; r < rows; ++r) RopeHeads(q.data() + r * heads * head_dim, heads, head_dim, rope, batch.rows[r].position, false);
+  for (int64_t r = 0; r < rows; ++r)
+    RopeHeads(q.data() + r * heads * head_dim, heads, head_dim, rope, batch.rows[r].position, false);
 
-  // K = V: wkv -> kv_norm -> RoPE -> FP8 QDQ of the whole vector (the window KV format).
-  std::vector<float> kv_raw(rows * head_dim), kv(rows * head_dim);
+  // K = V: wkv -> kv_norm -> RoPE -> FP8 with ue8m0 scales per 32 over the whole vector: the
+  // window-cache format. `kv` holds the decoded (QDQ'd) values the attention uses.
+  const int64_t kv_groups = head_dim / kQuantBlock;
+  std::vector<float> kv_raw(rows * head_dim), kv(rows * head_dim), rotated(head_dim);
+  std::vector<uint8_t> kv_codes(rows * head_dim), kv_exponents(rows * kv_groups);
   Linear(w.wkv, x.data(), rows, kv_raw.data(), ctx);
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = kv.data() + r * head_dim;
-    RmsNorm(kv_raw.data() + r * head_dim, head_dim, w.kv_norm.data(), eps, row);
-    RopeHeads(row, 1, head_dim, rope, batch.rows[r].position, false);
-    QdqFP8PowerOfTwo({row, static_cast<size_t>(head_dim)}, kQuantBlock);
+    RmsNorm(kv_raw.data() + r * head_dim, head_dim, w.kv_norm.data(), eps, rotated.data());
+    RopeHeads(rotated.data(), 1, head_dim, rope, batch.rows[r].position, false);
+    EncodeFP8PowerOfTwo(rotated, kQuantBlock, kv_codes.data() + r * head_dim, kv_exponents.data() + r * kv_groups);
+    DecodeFP8PowerOfTwo(kv_codes.data() + r * head_dim, kv_exponents.data() + r * kv_groups, head_dim, kQuantBlock,
+                        kv.data() + r * head_dim);
   }
 
   if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, ctx);
+
+  // What each sequence cached before this call, decoded once: the window slots of positions
+  // before the call, and the compressed entries any of its queries selected.
+  struct CachedRows {
+    std::vector<float> window;             // [window, head_dim], slot-indexed
+    std::vector<int32_t> compressed_slot;  // entry -> row in `compressed`, or -1
+    std::vector<float> compressed;
+  };
+  std::vector<CachedRows> cached(batch.items.size());
+  for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
+    const SequenceState& state = *batch.items[i]->state;
+    const LayerCache& cache = state.layers[layer];
+    const int64_t start = batch.start(i);
+    CachedRows& view = cached[i];
+    view.window.resize(window * head_dim);
+    for (int64_t pos = std::max<int64_t>(0, start - window + 1); pos < start; ++pos) {
+      const int64_t slot = pos % window;
+      DecodeFP8PowerOfTwo(cache.window_codes.data() + slot * head_dim, cache.window_exponents.data() + slot * kv_groups,
+                          head_dim, kQuantBlock, view.window.data() + slot * head_dim);
+    }
+    if (role.compress_ratio == 0) continue;
+    const LayerCache& source = state.layers[role.kv_source_layer];
+    view.compressed_slot.assign(source.compressed_codes.size() / (head_dim / 2), -1);
+    int32_t used = 0;
+    for (int64_t r = batch.first_row[i]; r < batch.first_row[i] + batch.count(i); ++r) {
+      for (int32_t index : shared.topk[r]) {
+        if (view.compressed_slot[index] < 0) view.compressed_slot[index] = used++;
+      }
+    }
+    view.compressed.resize(used * head_dim);
+    for (size_t index = 0; index < view.compressed_slot.size(); ++index) {
+      if (view.compressed_slot[index] < 0) continue;
+      DecodeFP4E4M3Scale(source.compressed_codes.data() + index * (head_dim / 2),
+                         source.compressed_scales.data() + index * (head_dim / 16), head_dim, 16,
+                         view.compressed.data() + view.compressed_slot[index] * head_dim);
+    }
+  }
 
   // Each query attends over its window (oldest first, the reference's decode layout) and
   // the compressed entries its index source picked. Work is split by (query, head), so even a
@@ -103,9 +144,8 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
       const size_t r = unit / heads;
       const int h = static_cast<int>(unit % heads);
       const Batch::Row& row = batch.rows[r];
-      const SequenceState& state = *batch.items[row.item]->state;
       const int64_t start = batch.start(row.item);
-      const LayerCache& cache = state.layers[layer];
+      const CachedRows& view = cached[row.item];
       entries.clear();
       for (int64_t pos = row.position - window + 1; pos <= row.position; ++pos) {
         if (pos < 0) {
@@ -113,12 +153,13 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
         } else if (pos >= start) {
           entries.push_back(kv.data() + (batch.first_row[row.item] + pos - start) * head_dim);
         } else {
-          entries.push_back(cache.window.data() + (pos % window) * head_dim);
+          entries.push_back(view.window.data() + (pos % window) * head_dim);
         }
       }
       if (role.compress_ratio > 0) {
-        const std::vector<float>& compressed = state.layers[role.kv_source_layer].compressed_kv;
-        for (int32_t index : shared.topk[r]) entries.push_back(compressed.data() + index * head_dim);
+        for (int32_t index : shared.topk[r]) {
+          entries.push_back(view.compressed.data() + view.compressed_slot[index] * head_dim);
+        }
       }
       const int64_t offset = (r * heads + h) * head_dim;
       SparseAttentionWithSink(ctx.isa, q.data() + offset, 1, head_dim, entries, w.attn_sink.data() + h, softmax_scale,
@@ -152,14 +193,16 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
     LayerCache& cache = batch.items[i]->state->layers[layer];
     const int64_t start = batch.start(i);
     for (int64_t t = std::max<int64_t>(0, batch.count(i) - window); t < batch.count(i); ++t) {
-      std::copy_n(kv.begin() + (batch.first_row[i] + t) * head_dim, head_dim,
-                  cache.window.begin() + ((start + t) % window) * head_dim);
+      const int64_t row = batch.first_row[i] + t;
+      const int64_t slot = (start + t) % window;
+      std::copy_n(kv_codes.begin() + row * head_dim, head_dim, cache.window_codes.begin() + slot * head_dim);
+      std::copy_n(kv_exponents.begin() + row * kv_groups, kv_groups, cache.window_exponents.begin() + slot * kv_groups);
     }
   }
 }
 
-void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x,
-                             const std::vector<float>& qr, SharedIndex& shared, const ComputeContext& ctx) const {
+void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x, const std::vector<float>& qr,
+                             SharedIndex& shared, const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[layer].attn;
   const LayerRole& role = c.roles[layer];
@@ -204,7 +247,8 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
           std::vector<float> pooled(head_dim), latent(head_dim);
           for (int64_t d = 0; d < head_dim; ++d) {
             float max_score = -INFINITY;
-            for (int t = 0; t < ratio; ++t) max_score = std::max(max_score, cache.pending_gate[((g * ratio) + t) * head_dim + d]);
+            for (int t = 0; t < ratio; ++t)
+              max_score = std::max(max_score, cache.pending_gate[((g * ratio) + t) * head_dim + d]);
             float weights[kMaxCompressRatio];
             float sum = 0.0f;
             for (int t = 0; t < ratio; ++t) {
@@ -212,7 +256,8 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
               sum += weights[t];
             }
             float acc = 0.0f;
-            for (int t = 0; t < ratio; ++t) acc += cache.pending_kv[((g * ratio) + t) * head_dim + d] * (weights[t] / sum);
+            for (int t = 0; t < ratio; ++t)
+              acc += cache.pending_kv[((g * ratio) + t) * head_dim + d] * (weights[t] / sum);
             pooled[d] = RoundToBF16(acc);
           }
           RmsNorm(pooled.data(), head_dim, w.compressor_norm.data(), eps, latent.data());
@@ -226,22 +271,30 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
     const int64_t count = static_cast<int64_t>(groups.size());
     if (count > 0) {
       std::vector<float> latents(count * head_dim), keys(count * index_dim);
-      for (int64_t g = 0; g < count; ++g) std::copy(groups[g].latent.begin(), groups[g].latent.end(), latents.begin() + g * head_dim);
+      for (int64_t g = 0; g < count; ++g)
+        std::copy(groups[g].latent.begin(), groups[g].latent.end(), latents.begin() + g * head_dim);
       Linear(w.indexer_wk, latents.data(), count, keys.data(), ctx);
+      std::vector<uint8_t> codes(head_dim / 2), scales(head_dim / 16);
       for (int64_t g = 0; g < count; ++g) {
         LayerCache& cache = batch.items[groups[g].item]->state->layers[layer];
-        DI_CHECK(static_cast<int64_t>(cache.compressed_kv.size()) == groups[g].group * head_dim,
+        DI_CHECK(static_cast<int64_t>(cache.compressed_codes.size()) == groups[g].group * (head_dim / 2),
                  "compressed KV of layer ", layer, " out of step at group ", groups[g].group);
         const int64_t group_position = groups[g].group * ratio;
         std::vector<float> key(index_dim);
         RmsNorm(keys.data() + g * index_dim, index_dim, w.indexer_k_norm.data(), eps, key.data());
         RopeHeads(key.data(), 1, index_dim, compress_rope_, group_position, false);
-        QdqFP4PowerOfTwo(key, kQuantBlock);
-        cache.index_keys.insert(cache.index_keys.end(), key.begin(), key.end());
+        codes.resize(index_dim / 2);
+        scales.resize(index_dim / kQuantBlock);
+        EncodeFP4PowerOfTwo(key, kQuantBlock, codes.data(), scales.data());
+        cache.index_codes.insert(cache.index_codes.end(), codes.begin(), codes.end());
+        cache.index_exponents.insert(cache.index_exponents.end(), scales.begin(), scales.end());
         std::vector<float>& latent = groups[g].latent;
         RopeHeads(latent.data(), 1, head_dim, compress_rope_, group_position, false);
-        QdqFP4E4M3Scale(latent, 16);
-        cache.compressed_kv.insert(cache.compressed_kv.end(), latent.begin(), latent.end());
+        codes.resize(head_dim / 2);
+        scales.resize(head_dim / 16);
+        EncodeFP4E4M3Scale(latent, 16, codes.data(), scales.data());
+        cache.compressed_codes.insert(cache.compressed_codes.end(), codes.begin(), codes.end());
+        cache.compressed_scales.insert(cache.compressed_scales.end(), scales.begin(), scales.end());
       }
     }
   }
@@ -256,6 +309,17 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
   Linear(w.indexer_weights_proj, x.data(), rows, head_weights.data(), ctx);
   const float weight_scale = static_cast<float>(std::pow(static_cast<double>(index_dim), -0.5) *
                                                 std::pow(static_cast<double>(index_heads), -0.5));
+  // Each sequence's index keys (of its KV source), decoded once for every query of the call.
+  std::vector<std::vector<float>> keys_of_item(batch.items.size());
+  for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
+    const LayerCache& source = batch.items[i]->state->layers[role.kv_source_layer];
+    const int64_t entries = static_cast<int64_t>(source.index_codes.size()) / (index_dim / 2);
+    DI_CHECK(entries >= (batch.start(i) + batch.count(i)) / ratio, "index keys of layer ", role.kv_source_layer,
+             " hold ", entries, " entries, fewer than the sequence has completed");
+    keys_of_item[i].resize(entries * index_dim);
+    DecodeFP4PowerOfTwo(source.index_codes.data(), source.index_exponents.data(), entries * index_dim, kQuantBlock,
+                        keys_of_item[i].data());
+  }
   ctx.pool.ParallelFor(rows, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     for (size_t r = begin; r < end; ++r) {
@@ -263,10 +327,8 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
       float* qrow = q.data() + r * index_heads * index_dim;
       RopeHeads(qrow, index_heads, index_dim, compress_rope_, row.position, false);
       QdqFP4PowerOfTwo({qrow, static_cast<size_t>(index_heads * index_dim)}, kQuantBlock);
-      const std::vector<float>& keys = batch.items[row.item]->state->layers[role.kv_source_layer].index_keys;
+      const std::vector<float>& keys = keys_of_item[row.item];
       const int64_t visible = (row.position + 1) / ratio;
-      DI_CHECK(static_cast<int64_t>(keys.size()) >= visible * index_dim, "index keys of layer ",
-               role.kv_source_layer, " hold fewer than ", visible, " entries");
       scores.assign(visible, 0.0f);
       for (int64_t t = 0; t < visible; ++t) {
         const float* key = keys.data() + t * index_dim;

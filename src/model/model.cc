@@ -60,8 +60,8 @@ Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, st
       weights_(std::move(weights)),
       hasher_(std::move(hasher)),
       main_rope_(config_.rope_head_dim, config_.rope_theta, 0, 1.0, config_.beta_fast, config_.beta_slow),
-      compress_rope_(config_.rope_head_dim, config_.compress_rope_theta, config_.original_seq_len,
-                     config_.rope_factor, config_.beta_fast, config_.beta_slow),
+      compress_rope_(config_.rope_head_dim, config_.compress_rope_theta, config_.original_seq_len, config_.rope_factor,
+                     config_.beta_fast, config_.beta_slow),
       max_context_(max_context) {
   for (const LayerWeights& layer : weights_.layers) {
     const AttentionWeights& a = layer.attn;
@@ -85,8 +85,10 @@ std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOpti
   if (!config.engram_layer_ids.empty()) {
     const std::string tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
     if (!std::filesystem::exists(tokenizer_path)) {
-      throw MakeError(model_dir, ": the config has Engram layers, whose hash needs the tokenizer's compressed "
-                      "token map, but ", tokenizer_path, " does not exist");
+      throw MakeError(model_dir,
+                      ": the config has Engram layers, whose hash needs the tokenizer's compressed "
+                      "token map, but ",
+                      tokenizer_path, " does not exist");
     }
     EngramTokenMap map = BuildEngramTokenMap(Tokenizer::FromFile(tokenizer_path));
     hasher.emplace(config, std::move(map.compressed_id), map.compressed_vocab_size);
@@ -103,10 +105,24 @@ std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOpti
       new Model(std::move(config), std::move(checkpoint), std::move(weights), std::move(hasher), max_context));
 }
 
+uint64_t LayerCache::bytes() const {
+  return window_codes.size() + window_exponents.size() + compressed_codes.size() + compressed_scales.size() +
+         index_codes.size() + index_exponents.size() + (pending_kv.size() + pending_gate.size()) * sizeof(float);
+}
+
+uint64_t SequenceState::CacheBytes() const {
+  uint64_t total = engram_recent.size() * sizeof(int32_t);
+  for (const LayerCache& cache : layers) total += cache.bytes();
+  return total;
+}
+
 SequenceState Model::NewSequence() const {
   SequenceState state;
   state.layers.resize(config_.num_layers);
-  for (LayerCache& cache : state.layers) cache.window.assign(config_.window_size * config_.head_dim, 0.0f);
+  for (LayerCache& cache : state.layers) {
+    cache.window_codes.assign(config_.window_size * config_.head_dim, 0);
+    cache.window_exponents.assign(config_.window_size * config_.head_dim / kQuantBlock, 127);
+  }
   return state;
 }
 

@@ -15,29 +15,43 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/compute_context.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/compute_context.h"
 #include "model/engram_hash.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
 namespace deepinfer {
 
-// Everything a sequence carries between forwards (spec section 4.1). Values are the
-// QDQ'd ones the reference holds, kept as fp32 numbers that are exactly bf16.
+// Everything a sequence carries between forwards (spec section 4.1), in the compact formats
+// that reproduce the reference's QDQ'd values exactly (decoding gives the same bits):
 struct LayerCache {
-  std::vector<float> window;         // [window_size, head_dim] ring; position p in slot p % window_size
-  std::vector<float> compressed_kv;  // KV sources: [entries, head_dim], RoPE'd and FP4-QDQ'd
-  std::vector<float> index_keys;     // KV sources: [entries, index_head_dim], RoPE'd and FP4-QDQ'd
-  std::vector<float> pending_kv;     // ratio > 1 sources: projections of the incomplete group, fp32
+  // Window ring, position p in slot p % window_size: e4m3 codes [window, head_dim] and ue8m0
+  // exponents [window, head_dim / 32] (528 B per slot at V4.1 size).
+  std::vector<uint8_t> window_codes;
+  std::vector<uint8_t> window_exponents;
+  // KV sources: compressed entries, RoPE'd, as packed e2m1 [entries, head_dim / 2] with e4m3
+  // scales [entries, head_dim / 16] (288 B per entry).
+  std::vector<uint8_t> compressed_codes;
+  std::vector<uint8_t> compressed_scales;
+  // KV sources: indexer keys, RoPE'd, as packed e2m1 [entries, index_head_dim / 2] with ue8m0
+  // exponents [entries, index_head_dim / 32] (68 B per entry).
+  std::vector<uint8_t> index_codes;
+  std::vector<uint8_t> index_exponents;
+  // Ratio > 1 sources: fp32 projections of the incomplete group (raw, not quantized).
+  std::vector<float> pending_kv;
   std::vector<float> pending_gate;
+
+  uint64_t bytes() const;
 };
 
 struct SequenceState {
   int64_t length = 0;  // tokens already processed; the next token sits at this position
   std::vector<LayerCache> layers;
   std::vector<int32_t> engram_recent;  // compressed ids of the last lookback tokens, oldest first
+
+  uint64_t CacheBytes() const;  // everything above, as stored
 };
 
 struct ForwardItem {

@@ -67,8 +67,10 @@ bool SameState(const SequenceState& a, const SequenceState& b) {
   for (size_t i = 0; i < a.layers.size(); ++i) {
     const LayerCache& x = a.layers[i];
     const LayerCache& y = b.layers[i];
-    if (x.window != y.window || x.compressed_kv != y.compressed_kv || x.index_keys != y.index_keys ||
-        x.pending_kv != y.pending_kv || x.pending_gate != y.pending_gate) {
+    if (x.window_codes != y.window_codes || x.window_exponents != y.window_exponents ||
+        x.compressed_codes != y.compressed_codes || x.compressed_scales != y.compressed_scales ||
+        x.index_codes != y.index_codes || x.index_exponents != y.index_exponents || x.pending_kv != y.pending_kv ||
+        x.pending_gate != y.pending_gate) {
       return false;
     }
   }
