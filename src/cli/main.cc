@@ -8,6 +8,7 @@
 #include "cli/bench_command.h"
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
+#include "cli/make_model_command.h"
 #include "cli/tokenize_command.h"
 #include "core/error.h"
 
@@ -19,6 +20,7 @@ void PrintUsage() {
       "  generate       run the model on a prompt (default: the embedded tiny V4.1 model)\n"
       "  inspect        print a model's config, layer roles, tensors and validation result\n"
       "  bench          measure prefill/decode speed against this machine's measured limits\n"
+      "  make-model     write a random checkpoint with the real V4.1-Flash layer dimensions\n"
       "  tokenize       encode text to token ids or decode ids to text\n"
       "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
       "run 'deepinfer <command> --help' for a command's flags\n",
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
     if (command == "generate") return deepinfer::RunGenerateCommand(args);
     if (command == "inspect") return deepinfer::RunInspectCommand(args);
     if (command == "bench") return deepinfer::RunBenchCommand(args);
+    if (command == "make-model") return deepinfer::RunMakeModelCommand(args);
     if (command == "tokenize") return deepinfer::RunTokenizeCommand(args);
     if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
     if (command == "--help" || command == "-h" || command == "help") {

@@ -1,0 +1,218 @@
+// `deepinfer make-model`: a random slice with the real V4.1-Flash dimensions loads with
+// Model::Load and runs a finite prefill and decode; its config follows the documented layer
+// rule; bad arguments are reported.
+#include "cli/make_model_command.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/model_config.h"
+#include "model/model.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "deepinfer_make_model_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void ExpectFinite(const std::vector<float>& logits, const char* what) {
+  ASSERT_FALSE(logits.empty()) << what;
+  double sum = 0, sum_sq = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(logits[i])) << what << ": logit " << i << " is " << logits[i];
+    sum += logits[i];
+    sum_sq += static_cast<double>(logits[i]) * logits[i];
+  }
+  const double mean = sum / logits.size();
+  const double std = std::sqrt(std::max(0.0, sum_sq / logits.size() - mean * mean));
+  // head std 0.5/sqrt(D) on a unit-rms final norm: logits of std ~0.5, never degenerate.
+  EXPECT_GT(std, 0.05) << what;
+  EXPECT_LT(std, 20.0) << what;
+}
+
+// Four layers at the real dimensions (~1.5 GB of weights with 8 experts and a 1024 vocab).
+TEST(MakeModel, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
+  ScratchDir scratch;
+  const std::string dir = (scratch.path() / "slice").string();
+  ASSERT_EQ(RunMakeModelCommand({"--preset", "v41-flash-slice", "--layers", "4", "--experts", "8", "--vocab", "1024",
+                                 "--seed", "3", "--threads", "2", "--out", dir}),
+            0);
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
+
+  const std::unique_ptr<Model> model = Model::Load(dir);
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.hidden_size, 5120);
+  EXPECT_EQ(c.num_heads, 64);
+  EXPECT_EQ(c.head_dim, 512);
+  EXPECT_EQ(c.moe_intermediate_size, 2304);
+  EXPECT_EQ(c.n_routed_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 6);
+  EXPECT_EQ(c.norm_eps, 1e-20);
+  EXPECT_EQ(c.original_seq_len, 65536);
+  EXPECT_EQ(c.weight_dtype, "fp8");
+  EXPECT_EQ(c.expert_dtype, "fp4");
+  // L = 4: ratio-2 source + Engram, ratio-2 reuse, ratio-1 source + candidates, reindex.
+  EXPECT_EQ(c.compress_ratios, (std::vector<int>{2, 2, 1, 1}));
+  EXPECT_EQ(c.kv_source_layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(c.index_source_layers, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(c.candidate_source_layer, 2);
+  EXPECT_TRUE(c.roles[3].uses_candidates);
+  EXPECT_EQ(c.engram_layer_ids, (std::vector<int>{0}));
+  const TensorInfo* expert = model->checkpoint().Find("layers.1.ffn.experts.7.w2.weight");
+  ASSERT_NE(expert, nullptr);
+  EXPECT_EQ(expert->dtype, DType::kI8);
+  EXPECT_EQ(expert->shape, (std::vector<int64_t>{5120, 1152}));
+
+  ThreadPool pool(2);
+  SequenceState state = model->NewSequence();
+  const std::vector<int32_t> prompt = {0, 17, 512, 999, 42};
+  ForwardItem prefill{&state, prompt, true};
+  const std::vector<float> prefill_logits = model->Forward({&prefill, 1}, pool);
+  ASSERT_EQ(prefill_logits.size(), prompt.size() * static_cast<size_t>(c.vocab_size));
+  ExpectFinite(prefill_logits, "prefill");
+  int32_t next = static_cast<int32_t>(
+      std::max_element(prefill_logits.end() - c.vocab_size, prefill_logits.end()) - (prefill_logits.end() - c.vocab_size));
+  for (int step = 0; step < 2; ++step) {
+    const std::vector<int32_t> token = {next};
+    ForwardItem decode{&state, token, false};
+    const std::vector<float> logits = model->Forward({&decode, 1}, pool);
+    ASSERT_EQ(logits.size(), static_cast<size_t>(c.vocab_size));
+    ExpectFinite(logits, step == 0 ? "decode 1" : "decode 2");
+    next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  EXPECT_EQ(state.length, static_cast<int64_t>(prompt.size()) + 2);
+}
+
+MakeModelOptions Slice(int layers) {
+  MakeModelOptions o;
+  o.preset = "v41-flash-slice";
+  o.layers = layers;
+  o.experts = 16;
+  o.out = "unused";
+  return o;
+}
+
+// The documented rule, through the config parser's own role derivation.
+TEST(MakeModel, LayerScheduleFollowsTheDocumentedRule) {
+  struct Case {
+    int layers;
+    std::vector<int> ratios, kv, index, engram;
+    int candidates;
+  };
+  const Case cases[] = {
+      {1, {1}, {0}, {0}, {0}, 0},
+      {2, {2, 1}, {0, 1}, {0, 1}, {0}, 1},
+      {3, {2, 2, 1}, {0, 2}, {0, 2}, {0}, 2},
+      {4, {2, 2, 1, 1}, {0, 2}, {0, 2, 3}, {0}, 2},
+      {5, {0, 2, 2, 1, 1}, {1, 3}, {1, 3, 4}, {0, 1}, 3},
+      {6, {0, 2, 2, 1, 1, 1}, {1, 3}, {1, 3, 4}, {0, 1}, 3},
+      {10, {0, 2, 2, 1, 1, 1, 1, 1, 1, 1}, {1, 3}, {1, 3, 4, 8}, {0, 1}, 3},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE("layers = " + std::to_string(k.layers));
+    const ModelConfig c = ParseModelConfig(MakeSliceConfigJson(Slice(k.layers)), "test");
+    EXPECT_EQ(c.compress_ratios, k.ratios);
+    EXPECT_EQ(c.kv_source_layers, k.kv);
+    EXPECT_EQ(c.index_source_layers, k.index);
+    EXPECT_EQ(c.engram_layer_ids, k.engram);
+    EXPECT_EQ(c.candidate_source_layer, k.candidates);
+    for (const int layer : k.index) EXPECT_EQ(c.roles[layer].uses_candidates, layer > k.candidates);
+  }
+  // All 40 layers validate too (the released backbone length).
+  EXPECT_NO_THROW(ParseModelConfig(MakeSliceConfigJson(Slice(40)), "test"));
+}
+
+TEST(MakeModel, EngramTablesHoldEveryHashBucket) {
+  // Default: engram_vocab_size 4000, rows = each layer's exact prime sum.
+  const ModelConfig c = ParseModelConfig(MakeSliceConfigJson(Slice(6)), "test");
+  EXPECT_EQ(c.engram_vocab_size, 4000);
+  ASSERT_EQ(c.engram_num_embeddings.size(), 2u);
+  EXPECT_EQ(c.engram_num_embeddings, EngramPrimeSums(4000, 2));
+  EXPECT_LT(c.engram_num_embeddings[0], c.engram_num_embeddings[1]);
+  EXPECT_GT(c.engram_num_embeddings[0], 24 * 4000);
+
+  // --engram-rows R: both tables R rows, the largest engram_vocab_size whose sums fit.
+  MakeModelOptions o = Slice(6);
+  o.engram_rows = 50000;
+  const ModelConfig r = ParseModelConfig(MakeSliceConfigJson(o), "test");
+  EXPECT_EQ(r.engram_num_embeddings, (std::vector<int64_t>{50000, 50000}));
+  EXPECT_LE(EngramPrimeSums(r.engram_vocab_size, 2).back(), 50000);
+  EXPECT_GT(EngramPrimeSums(r.engram_vocab_size + 1, 2).back(), 50000);
+
+  o.engram_rows = 100;
+  try {
+    (void)MakeSliceConfigJson(o);
+    ADD_FAILURE() << "expected an error for too few Engram rows";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--engram-rows"));
+    EXPECT_THAT(e.what(), HasSubstr("at least"));
+  }
+}
+
+std::string ArgError(const std::vector<std::string>& args) {
+  try {
+    RunMakeModelCommand(args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(MakeModel, ArgumentErrorsAreReported) {
+  const std::vector<std::string> base = {"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8"};
+  EXPECT_THAT(ArgError(base), HasSubstr("--out DIR is required"));
+  EXPECT_THAT(ArgError({"--preset", "v4-pro", "--layers", "2", "--experts", "8", "--out", "x"}),
+              HasSubstr("--preset: unknown preset 'v4-pro' (available: v41-flash-slice)"));
+  EXPECT_THAT(ArgError({"--layers", "2", "--experts", "8", "--out", "x"}), HasSubstr("--preset is required"));
+  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--experts", "8", "--out", "x"}),
+              HasSubstr("--layers is required"));
+  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "2", "--experts", "5", "--out", "x"}),
+              HasSubstr("--experts: expected 6..384"));
+  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "41", "--experts", "8", "--out", "x"}),
+              HasSubstr("--layers: expected 1..40"));
+  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "two"}),
+              HasSubstr("--layers: expected an integer, got 'two'"));
+  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8", "--out", "x", "--vocab",
+                        "200000"}),
+              HasSubstr("--vocab: expected 3..129280"));
+  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--bogus", "1"}), HasSubstr("unknown argument '--bogus'"));
+  EXPECT_THAT(ArgError({"--preset"}), HasSubstr("--preset: missing value NAME"));
+
+  // The output folder must be new or empty: nothing of an existing model is overwritten.
+  ScratchDir scratch;
+  std::ofstream(scratch.path() / "config.json") << "{}";
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--out", scratch.path().string()});
+  EXPECT_THAT(ArgError(args), HasSubstr("not empty"));
+  EXPECT_EQ(RunMakeModelCommand({"--help"}), 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
