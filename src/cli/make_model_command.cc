@@ -78,6 +78,8 @@ const char* RoleName(Role role) {
 // Engram table sizes: the reference's prime rule (engram_hash.h), per layer in order with one
 // global "used" set, each n-gram's search restarting at engram_vocab_size - 1.
 
+}  // namespace
+
 std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables) {
   std::vector<int64_t> used;
   std::vector<int64_t> sums;
@@ -95,6 +97,8 @@ std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables) {
   }
   return sums;
 }
+
+namespace {
 
 // engram_vocab_size and the table rows: the default, or the largest start whose sums fit R.
 std::pair<int64_t, std::vector<int64_t>> EngramSizes(int64_t rows, int tables) {

@@ -71,6 +71,10 @@ struct MakeModelResult {
 };
 
 // Parses the flags; throws Error on a missing or bad one. `--help` yields options.preset == "help".
+// Rows of each Engram table under the reference's prime rule: per table, the sum of its
+// (n-gram, head) primes drawn above engram_vocab_size - 1 from one global "used" set.
+std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables);
+
 MakeModelOptions ParseMakeModelArgs(const std::vector<std::string>& args);
 
 // The HF config.json text of the slice (validated with ParseModelConfig before it is returned).
