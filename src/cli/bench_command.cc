@@ -8,14 +8,14 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/default_model.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
 #include "core/thread_pool.h"
@@ -43,63 +43,37 @@ struct BenchOptions {
   bool json = false;
 };
 
-struct Flag {
-  const char* name;
-  const char* value_name;  // nullptr for switches
-  const char* help;
-  std::function<void(BenchOptions&, const std::string&)> set;
-};
-
-int64_t ParseInt(const std::string& flag, const std::string& value, int64_t min_value) {
-  size_t used = 0;
-  int64_t parsed = 0;
-  try {
-    parsed = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || value.empty()) throw MakeError(flag, ": expected an integer, got '", value, "'");
-  if (parsed < min_value) throw MakeError(flag, ": must be at least ", min_value, ", got ", parsed);
-  return parsed;
-}
-
 std::vector<int64_t> ParseBatchSizes(const std::string& text) {
   std::vector<int64_t> sizes;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    const int64_t b = ParseInt("--batch-sizes", item, 1);
+  for (const int64_t b : ParseIntListFlag("--batch-sizes", text, 1)) {
     if (b > 4096) throw MakeError("--batch-sizes: ", b, " sequences is more than the 4096 this bench runs");
     if (std::find(sizes.begin(), sizes.end(), b) != sizes.end()) {
       throw MakeError("--batch-sizes: ", b, " is listed twice");
     }
     sizes.push_back(b);
   }
-  if (sizes.empty()) throw MakeError("--batch-sizes: no batch sizes given");
   return sizes;
 }
 
-const std::vector<Flag>& BenchFlags() {
-  static const std::vector<Flag> flags = {
+const std::vector<Flag<BenchOptions>>& BenchFlags() {
+  static const std::vector<Flag<BenchOptions>> flags = {
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](BenchOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N", "worker threads for the model and the machine limits (default: all cores)",
-       [](BenchOptions& o, const std::string& v) {
-         o.threads = static_cast<int>(ParseInt("--threads", v, 0));
-       }},
+       [](BenchOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseIntFlag("--threads", v, 0)); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
        [](BenchOptions& o, const std::string& v) {
          o.isa = ParseIsa(v);
          if (!o.isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
        }},
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
-       [](BenchOptions& o, const std::string& v) { o.prefill_tokens = ParseInt("--prefill-tokens", v, 1); }},
+       [](BenchOptions& o, const std::string& v) { o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1); }},
       {"--decode-tokens", "M", "timed decode steps per batch size (default 16)",
-       [](BenchOptions& o, const std::string& v) { o.decode_tokens = ParseInt("--decode-tokens", v, 1); }},
+       [](BenchOptions& o, const std::string& v) { o.decode_tokens = ParseIntFlag("--decode-tokens", v, 1); }},
       {"--batch-sizes", "1,4,16", "decode batch sizes (default 1,4,16; batch 1 is always run)",
        [](BenchOptions& o, const std::string& v) { o.batch_sizes = ParseBatchSizes(v); }},
       {"--warmup", "K", "untimed forwards before each measurement (default 1)",
-       [](BenchOptions& o, const std::string& v) { o.warmup = ParseInt("--warmup", v, 0); }},
+       [](BenchOptions& o, const std::string& v) { o.warmup = ParseIntFlag("--warmup", v, 0); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](BenchOptions& o, const std::string&) { o.json = true; }},
   };
@@ -108,27 +82,12 @@ const std::vector<Flag>& BenchFlags() {
 
 void PrintBenchHelp(std::ostream& out) {
   out << "usage: deepinfer bench [flags]\n";
-  for (const Flag& f : BenchFlags()) {
-    std::string left = std::string("  ") + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
-    out << left << std::string(left.size() < 28 ? 28 - left.size() : 1, ' ') << f.help << "\n";
-  }
+  PrintFlagHelp(out, BenchFlags());
 }
 
 BenchOptions ParseBenchOptions(const std::vector<std::string>& args) {
   BenchOptions options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const Flag* flag = nullptr;
-    for (const Flag& f : BenchFlags()) {
-      if (args[i] == f.name) flag = &f;
-    }
-    if (flag == nullptr) throw MakeError("bench: unknown argument '", args[i], "' (see deepinfer bench --help)");
-    if (flag->value_name != nullptr) {
-      if (i + 1 >= args.size()) throw MakeError(flag->name, ": missing value ", flag->value_name);
-      flag->set(options, args[++i]);
-    } else {
-      flag->set(options, "");
-    }
-  }
+  ParseFlags("bench", args, BenchFlags(), options);
   // Batch 1 feeds the top-level decode numbers.
   if (std::find(options.batch_sizes.begin(), options.batch_sizes.end(), 1) == options.batch_sizes.end()) {
     options.batch_sizes.insert(options.batch_sizes.begin(), 1);
@@ -156,27 +115,24 @@ FlopShape FlopShapeOf(const ModelConfig& c) {
   s.index_topk = c.index_topk;
   s.candidate_topk_blocks = c.candidate_topk_blocks;
   s.candidate_block_size = c.candidate_block_size;
-  s.engram_wkv_cols = c.engram_max_ngram_size > 0
-                          ? int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads * c.engram_head_dim
-                          : 0;
+  s.engram_wkv_cols =
+      c.engram_max_ngram_size > 0 ? int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads * c.engram_head_dim : 0;
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerRole& r = c.roles[layer];
-    s.layers.push_back({r.compress_ratio, r.kv_source, r.index_source, r.candidate_source, r.uses_candidates,
-                        r.engram_index >= 0});
+    s.layers.push_back(
+        {r.compress_ratio, r.kv_source, r.index_source, r.candidate_source, r.uses_candidates, r.engram_index >= 0});
   }
   return s;
 }
 
 // Deterministic, well-spread token ids in [0, vocab): a multiplicative hash of (stream, t).
 int32_t BenchToken(int64_t stream, int64_t t, int64_t vocab) {
-  const uint64_t x = (static_cast<uint64_t>(stream) * 0x9E3779B97F4A7C15ull) ^
-                     (static_cast<uint64_t>(t + 1) * 0xC2B2AE3D27D4EB4Full);
+  const uint64_t x =
+      (static_cast<uint64_t>(stream) * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(t + 1) * 0xC2B2AE3D27D4EB4Full);
   return static_cast<int32_t>((x ^ (x >> 29)) % static_cast<uint64_t>(vocab));
 }
 
-int32_t Argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
+int32_t Argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
 
 double Seconds(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double>(end - start).count();
@@ -226,9 +182,12 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
 
 PeakKind PeakKindFor(IsaLevel isa) {
   switch (isa) {
-    case IsaLevel::kAvx512: return CpuHasAvx512Bf16() ? PeakKind::kAvx512Bf16Dot : PeakKind::kAvx512Fma;
-    case IsaLevel::kAvx2: return PeakKind::kAvx2Fma;
-    case IsaLevel::kScalar: return PeakKind::kScalarFp32;
+    case IsaLevel::kAvx512:
+      return CpuHasAvx512Bf16() ? PeakKind::kAvx512Bf16Dot : PeakKind::kAvx512Fma;
+    case IsaLevel::kAvx2:
+      return PeakKind::kAvx2Fma;
+    case IsaLevel::kScalar:
+      return PeakKind::kScalarFp32;
   }
   return PeakKind::kScalarFp32;
 }
@@ -318,13 +277,13 @@ int RunBenchCommand(const std::vector<std::string>& args) {
               static_cast<long long>(kDecodePromptTokens));
   std::printf("  %5s %10s %11s %14s %9s %9s\n", "batch", "TPOT ms", "tokens/s", "bytes/step", "GB/s", "% of BW");
   for (const DecodeResult& d : decode) {
-    std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%%\n", static_cast<long long>(d.batch),
-                d.step_seconds * 1e3, static_cast<double>(d.batch) / d.step_seconds, d.bytes_per_step, gb_s(d),
-                100.0 * gb_s(d) / read_gb_s);
+    std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%%\n", static_cast<long long>(d.batch), d.step_seconds * 1e3,
+                static_cast<double>(d.batch) / d.step_seconds, d.bytes_per_step, gb_s(d), 100.0 * gb_s(d) / read_gb_s);
   }
 
   if (o.json) {
-    const DecodeResult& one = *std::find_if(decode.begin(), decode.end(), [](const DecodeResult& d) { return d.batch == 1; });
+    const DecodeResult& one =
+        *std::find_if(decode.begin(), decode.end(), [](const DecodeResult& d) { return d.batch == 1; });
     nlohmann::json per_batch = nlohmann::json::array();
     for (const DecodeResult& d : decode) {
       per_batch.push_back({{"batch", d.batch},

@@ -11,6 +11,7 @@
 
 #include "chat/chat_encoding.h"
 #include "cli/default_model.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
@@ -37,28 +38,8 @@ struct GenerateOptions {
   bool ignore_eos = false;
 };
 
-// One registry of flags: name, whether it takes a value, help, and how it is stored.
-struct Flag {
-  const char* name;
-  const char* value_name;  // nullptr for switches
-  const char* help;
-  std::function<void(GenerateOptions&, const std::string&)> set;
-};
-
-int64_t ParseInt(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int64_t parsed = 0;
-  try {
-    parsed = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || value.empty()) throw MakeError(flag, ": expected an integer, got '", value, "'");
-  return parsed;
-}
-
-const std::vector<Flag>& GenerateFlags() {
-  static const std::vector<Flag> flags = {
+const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
+  static const std::vector<Flag<GenerateOptions>> flags = {
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](GenerateOptions& o, const std::string& v) { o.model = v; }},
       {"--prompt-ids", "1,2,3", "prompt as comma-separated token ids",
@@ -68,23 +49,17 @@ const std::vector<Flag>& GenerateFlags() {
       {"--chat", nullptr, "wrap --prompt as one user turn in the V4.1 chat format",
        [](GenerateOptions& o, const std::string&) { o.chat = true; }},
       {"--max-tokens", "N", "number of tokens to generate (required)",
-       [](GenerateOptions& o, const std::string& v) { o.max_tokens = ParseInt("--max-tokens", v); }},
+       [](GenerateOptions& o, const std::string& v) { o.max_tokens = ParseIntFlag("--max-tokens", v); }},
       {"--temperature", "T", "0 = greedy (default); > 0 samples",
        [](GenerateOptions& o, const std::string& v) {
-         try {
-           size_t used = 0;
-           o.temperature = std::stof(v, &used);
-           if (used != v.size()) throw std::invalid_argument(v);
-         } catch (const std::exception&) {
-           throw MakeError("--temperature: expected a number, got '", v, "'");
-         }
+         o.temperature = static_cast<float>(ParseRealFlag("--temperature", v));
        }},
       {"--seed", "S", "sampling seed (default 0)",
-       [](GenerateOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseInt("--seed", v)); }},
+       [](GenerateOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v)); }},
       {"--threads", "N", "worker threads (default: all cores)",
-       [](GenerateOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseInt("--threads", v)); }},
+       [](GenerateOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseIntFlag("--threads", v, 0)); }},
       {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
-       [](GenerateOptions& o, const std::string& v) { o.max_context = ParseInt("--max-context", v); }},
+       [](GenerateOptions& o, const std::string& v) { o.max_context = ParseIntFlag("--max-context", v, 0); }},
       {"--dump-logits", "FILE.npy",
        "write fp32 logits, one row per prompt position then one per generated token fed back",
        [](GenerateOptions& o, const std::string& v) { o.dump_logits = v; }},
@@ -96,29 +71,9 @@ const std::vector<Flag>& GenerateFlags() {
   return flags;
 }
 
-void PrintGenerateHelp(std::ostream& out) {
-  out << "usage: deepinfer generate [flags]\n";
-  for (const Flag& f : GenerateFlags()) {
-    std::string left = std::string("  ") + f.name + (f.value_name ? std::string(" ") + f.value_name : "");
-    out << left << std::string(left.size() < 28 ? 28 - left.size() : 1, ' ') << f.help << "\n";
-  }
-}
-
 GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
   GenerateOptions options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const Flag* flag = nullptr;
-    for (const Flag& f : GenerateFlags()) {
-      if (args[i] == f.name) flag = &f;
-    }
-    if (flag == nullptr) throw MakeError("generate: unknown argument '", args[i], "' (see deepinfer generate --help)");
-    if (flag->value_name != nullptr) {
-      if (i + 1 >= args.size()) throw MakeError(flag->name, ": missing value ", flag->value_name);
-      flag->set(options, args[++i]);
-    } else {
-      flag->set(options, "");
-    }
-  }
+  ParseFlags("generate", args, GenerateFlags(), options);
   if (options.max_tokens < 0) throw MakeError("generate: --max-tokens N is required (N >= 0)");
   if (options.prompt_ids.empty() == options.prompt.empty()) {
     throw MakeError("generate: give exactly one of --prompt-ids and --prompt");
@@ -130,14 +85,10 @@ GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
 
 std::vector<int32_t> ParseIdList(const std::string& text) {
   std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    const int64_t id = ParseInt("--prompt-ids", item);
-    if (id < 0 || id > INT32_MAX) throw MakeError("--prompt-ids: token id ", id, " is out of range");
+  for (int64_t id : ParseIntListFlag("--prompt-ids", text, 0)) {
+    if (id > INT32_MAX) throw MakeError("--prompt-ids: token id ", id, " is out of range");
     ids.push_back(static_cast<int32_t>(id));
   }
-  if (ids.empty()) throw MakeError("--prompt-ids: no token ids given");
   return ids;
 }
 
@@ -147,18 +98,15 @@ std::optional<Tokenizer> LoadTokenizerIfPresent(const std::string& model_dir) {
   return Tokenizer::FromFile(path.string());
 }
 
-std::string ModelDirOrDefault(const std::string& model) {
-  return model.empty() ? MaterializeDefaultModel() : model;
-}
+std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
 
 }  // namespace
 
 int RunGenerateCommand(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      PrintGenerateHelp(std::cout);
-      return 0;
-    }
+  if (WantsHelp(args)) {
+    std::cout << "usage: deepinfer generate [flags]\n";
+    PrintFlagHelp(std::cout, GenerateFlags());
+    return 0;
   }
   const GenerateOptions options = ParseGenerateOptions(args);
   const std::string model_dir = ModelDirOrDefault(options.model);
@@ -236,26 +184,26 @@ int RunInspectCommand(const std::vector<std::string>& args) {
   const std::string model_dir = ModelDirOrDefault(model);
   const ModelConfig c = LoadModelConfig(model_dir);
   std::printf("model: %s\nconfig: %s\n", model_dir.c_str(), c.source.c_str());
-  std::printf("vocab %lld, hidden %lld, layers %d (+%d DSpark), heads %d x %lld (rope %lld), q_lora %lld, "
-              "o_groups %d x %lld, window %d\n",
-              static_cast<long long>(c.vocab_size), static_cast<long long>(c.hidden_size), c.num_layers,
-              c.num_mtp_layers, c.num_heads, static_cast<long long>(c.head_dim),
-              static_cast<long long>(c.rope_head_dim), static_cast<long long>(c.q_lora_rank), c.o_groups,
-              static_cast<long long>(c.o_lora_rank), c.window_size);
+  std::printf(
+      "vocab %lld, hidden %lld, layers %d (+%d DSpark), heads %d x %lld (rope %lld), q_lora %lld, "
+      "o_groups %d x %lld, window %d\n",
+      static_cast<long long>(c.vocab_size), static_cast<long long>(c.hidden_size), c.num_layers, c.num_mtp_layers,
+      c.num_heads, static_cast<long long>(c.head_dim), static_cast<long long>(c.rope_head_dim),
+      static_cast<long long>(c.q_lora_rank), c.o_groups, static_cast<long long>(c.o_lora_rank), c.window_size);
   std::printf("experts %d routed (top %d, %s, scale %.3g) + %d shared, width %lld; hc %d; weights %s, experts %s\n",
               c.n_routed_experts, c.num_experts_per_tok, c.scoring_func.c_str(), c.routed_scaling_factor,
               c.n_shared_experts, static_cast<long long>(c.moe_intermediate_size), c.hc_mult, c.weight_dtype.c_str(),
               c.expert_dtype.c_str());
   std::printf("indexer %d heads x %lld, top-k %d; candidates: source %d, %d blocks of %d\n", c.index_n_heads,
-              static_cast<long long>(c.index_head_dim), c.index_topk, c.candidate_source_layer,
-              c.candidate_topk_blocks, c.candidate_block_size);
+              static_cast<long long>(c.index_head_dim), c.index_topk, c.candidate_source_layer, c.candidate_topk_blocks,
+              c.candidate_block_size);
   std::printf("\nlayer ratio role                           kv-from index-from extras\n");
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerRole& r = c.roles[i];
     std::string role = r.compress_ratio == 0 ? "sliding window"
-                       : r.kv_source          ? "KV source (compressor, index keys)"
-                       : r.index_source       ? "reindex"
-                                              : "reuse";
+                       : r.kv_source         ? "KV source (compressor, index keys)"
+                       : r.index_source      ? "reindex"
+                                             : "reuse";
     if (r.index_source && r.kv_source) role += " + index";
     if (r.candidate_source) role += " + candidates";
     if (r.uses_candidates) role += " (candidate-constrained)";

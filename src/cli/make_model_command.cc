@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/default_model.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "io/safetensors_writer.h"
@@ -47,11 +48,16 @@ enum class Role { kSwa, kRatio2Source, kRatio2Reuse, kRatio1Candidates, kRatio1R
 
 std::vector<Role> Schedule(int layers) {
   switch (layers) {
-    case 1: return {Role::kRatio1Candidates};
-    case 2: return {Role::kRatio2Source, Role::kRatio1Candidates};
-    case 3: return {Role::kRatio2Source, Role::kRatio2Reuse, Role::kRatio1Candidates};
-    case 4: return {Role::kRatio2Source, Role::kRatio2Reuse, Role::kRatio1Candidates, Role::kRatio1Reindex};
-    default: break;
+    case 1:
+      return {Role::kRatio1Candidates};
+    case 2:
+      return {Role::kRatio2Source, Role::kRatio1Candidates};
+    case 3:
+      return {Role::kRatio2Source, Role::kRatio2Reuse, Role::kRatio1Candidates};
+    case 4:
+      return {Role::kRatio2Source, Role::kRatio2Reuse, Role::kRatio1Candidates, Role::kRatio1Reindex};
+    default:
+      break;
   }
   std::vector<Role> roles = {Role::kSwa, Role::kRatio2Source, Role::kRatio2Reuse, Role::kRatio1Candidates};
   for (int i = 4; i < layers; ++i) roles.push_back((i - 4) % 4 == 0 ? Role::kRatio1Reindex : Role::kRatio1Reuse);
@@ -64,12 +70,18 @@ bool HasEngram(const std::vector<Role>& roles, size_t layer) {
 
 const char* RoleName(Role role) {
   switch (role) {
-    case Role::kSwa: return "SWA";
-    case Role::kRatio2Source: return "ratio-2 KV+index source";
-    case Role::kRatio2Reuse: return "ratio-2 reuse";
-    case Role::kRatio1Candidates: return "ratio-1 KV+index source, candidate source";
-    case Role::kRatio1Reindex: return "ratio-1 reindex (candidates)";
-    case Role::kRatio1Reuse: return "ratio-1 reuse";
+    case Role::kSwa:
+      return "SWA";
+    case Role::kRatio2Source:
+      return "ratio-2 KV+index source";
+    case Role::kRatio2Reuse:
+      return "ratio-2 reuse";
+    case Role::kRatio1Candidates:
+      return "ratio-1 KV+index source, candidate source";
+    case Role::kRatio1Reindex:
+      return "ratio-1 reindex (candidates)";
+    case Role::kRatio1Reuse:
+      return "ratio-1 reuse";
   }
   return "?";
 }
@@ -146,10 +158,10 @@ constexpr uint64_t kStreamBytes = uint64_t{64} << 10;
 
 // Standard normal quantile (Acklam's rational approximation, |relative error| < 1.2e-9).
 double NormalQuantile(double p) {
-  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                                  1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-                                 6.680131188771972e+01,  -1.328068155288572e+01};
+                                 6.680131188771972e+01, -1.328068155288572e+01};
   static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
                                  -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
   static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
@@ -234,7 +246,9 @@ void FillStream(const Recipe& r, Rng& rng, uint64_t tensor_offset, uint8_t* out,
       }
       return;
     }
-    case Gen::kConstant: std::memset(out, r.constant, n); return;
+    case Gen::kConstant:
+      std::memset(out, r.constant, n);
+      return;
     case Gen::kByteRange:
       for (size_t i = 0; i < n; i += 8) {
         const uint64_t bits = rng.Next();
@@ -405,59 +419,26 @@ class WeightPlan {
 // ---------------------------------------------------------------------------------------------
 // Flags.
 
-int64_t ParseInt(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int64_t parsed = 0;
-  try {
-    parsed = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (value.empty() || used != value.size()) throw MakeError(flag, ": expected an integer, got '", value, "'");
-  return parsed;
-}
-
-double ParseReal(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  double parsed = 0;
-  try {
-    parsed = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (value.empty() || used != value.size() || !std::isfinite(parsed)) {
-    throw MakeError(flag, ": expected a number, got '", value, "'");
-  }
-  return parsed;
-}
-
-struct Flag {
-  const char* name;
-  const char* value_name;
-  const char* help;
-  std::function<void(MakeModelOptions&, const std::string&)> set;
-};
-
-const std::vector<Flag>& Flags() {
-  static const std::vector<Flag> flags = {
+const std::vector<Flag<MakeModelOptions>>& Flags() {
+  static const std::vector<Flag<MakeModelOptions>> flags = {
       {"--preset", "NAME", "model family to slice (required): v41-flash-slice",
        [](MakeModelOptions& o, const std::string& v) { o.preset = v; }},
       {"--layers", "L", "backbone layers, 1..40 (required)",
-       [](MakeModelOptions& o, const std::string& v) { o.layers = static_cast<int>(ParseInt("--layers", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.layers = static_cast<int>(ParseIntFlag("--layers", v)); }},
       {"--experts", "E", "routed experts per layer, 6..384 (required)",
-       [](MakeModelOptions& o, const std::string& v) { o.experts = static_cast<int>(ParseInt("--experts", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.experts = static_cast<int>(ParseIntFlag("--experts", v)); }},
       {"--out", "DIR", "output folder, absent or empty (required)",
        [](MakeModelOptions& o, const std::string& v) { o.out = v; }},
       {"--vocab", "V", "vocabulary rows of embed/head, 3..129280 (default 129280)",
-       [](MakeModelOptions& o, const std::string& v) { o.vocab = ParseInt("--vocab", v); }},
+       [](MakeModelOptions& o, const std::string& v) { o.vocab = ParseIntFlag("--vocab", v); }},
       {"--engram-rows", "R", "rows of each Engram table (default: the prime sums for engram_vocab_size 4000)",
-       [](MakeModelOptions& o, const std::string& v) { o.engram_rows = ParseInt("--engram-rows", v); }},
+       [](MakeModelOptions& o, const std::string& v) { o.engram_rows = ParseIntFlag("--engram-rows", v); }},
       {"--seed", "S", "random seed (default 0)",
-       [](MakeModelOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseInt("--seed", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v)); }},
       {"--shard-gb", "G", "shard the weights into files of at most G x 10^9 bytes (default 0: one file)",
-       [](MakeModelOptions& o, const std::string& v) { o.shard_gb = ParseReal("--shard-gb", v); }},
+       [](MakeModelOptions& o, const std::string& v) { o.shard_gb = ParseRealFlag("--shard-gb", v); }},
       {"--threads", "N", "generator threads (default: all cores)",
-       [](MakeModelOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseInt("--threads", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseIntFlag("--threads", v)); }},
       {"--tokenizer", "FILE", "tokenizer.json to copy (default: the project tokenizer)",
        [](MakeModelOptions& o, const std::string& v) { o.tokenizer = v; }},
   };
@@ -467,10 +448,7 @@ const std::vector<Flag>& Flags() {
 void PrintHelp(std::ostream& out) {
   out << "usage: deepinfer make-model --preset v41-flash-slice --layers L --experts E --out DIR [flags]\n"
          "writes a random checkpoint with the real DeepSeek-V4.1-Flash per-layer dimensions\n";
-  for (const Flag& f : Flags()) {
-    const std::string left = std::string("  ") + f.name + " " + f.value_name;
-    out << left << std::string(left.size() < 22 ? 22 - left.size() : 1, ' ') << f.help << "\n";
-  }
+  PrintFlagHelp(out, Flags());
 }
 
 void Validate(const MakeModelOptions& o) {
@@ -486,8 +464,10 @@ void Validate(const MakeModelOptions& o) {
                     " routed experts), got ", o.experts, o.experts == 0 ? " (--experts is required)" : "");
   }
   if (o.vocab < 3 || o.vocab > kFullVocab) {
-    throw MakeError("--vocab: expected 3..", kFullVocab, " (ids 0..2 are bos, eos and the Engram pad; the Engram "
-                    "token map covers the tokenizer's ", kFullVocab, " ids), got ", o.vocab);
+    throw MakeError("--vocab: expected 3..", kFullVocab,
+                    " (ids 0..2 are bos, eos and the Engram pad; the Engram "
+                    "token map covers the tokenizer's ",
+                    kFullVocab, " ids), got ", o.vocab);
   }
   if (o.engram_rows < 0) throw MakeError("--engram-rows: must be positive, got ", o.engram_rows);
   if (o.shard_gb < 0) throw MakeError("--shard-gb: must not be negative, got ", o.shard_gb);
@@ -504,19 +484,7 @@ std::string FormatBytes(uint64_t bytes) {
 
 MakeModelOptions ParseMakeModelArgs(const std::vector<std::string>& args) {
   MakeModelOptions options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--help" || args[i] == "-h") {
-      options.preset = "help";
-      return options;
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& f : Flags()) {
-      if (args[i] == f.name) flag = &f;
-    }
-    if (flag == nullptr) throw MakeError("make-model: unknown argument '", args[i], "' (see deepinfer make-model --help)");
-    if (i + 1 >= args.size()) throw MakeError(flag->name, ": missing value ", flag->value_name);
-    flag->set(options, args[++i]);
-  }
+  ParseFlags("make-model", args, Flags(), options);
   Validate(options);
   return options;
 }
@@ -559,7 +527,10 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
       {"rope_theta", 10000.0},
       {"compress_rope_theta", 160000.0},
       {"rope_scaling",
-       {{"type", "yarn"}, {"factor", 16.0}, {"original_max_position_embeddings", 65536}, {"beta_fast", 32},
+       {{"type", "yarn"},
+        {"factor", 16.0},
+        {"original_max_position_embeddings", 65536},
+        {"beta_fast", 32},
         {"beta_slow", 1}}},
       {"n_routed_experts", o.experts},
       {"n_shared_experts", 1},
@@ -602,11 +573,13 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
   };
   if (o.vocab > 129264) root["image_token_id"] = 129264;
   root["text_config"] = std::move(text);
-  root["quantization_config"] = {{"quant_method", "fp8"},    {"activation_scheme", "dynamic"},
-                                 {"weight_block_size", {32, 32}}, {"scale_fmt", "ue8m0"},
+  root["quantization_config"] = {{"quant_method", "fp8"},
+                                 {"activation_scheme", "dynamic"},
+                                 {"weight_block_size", {32, 32}},
+                                 {"scale_fmt", "ue8m0"},
                                  {"expert_dtype", "fp4"}};
-  root["deepinfer_make_model"] = {{"preset", o.preset}, {"layers", o.layers}, {"experts", o.experts},
-                                  {"vocab", o.vocab},   {"seed", o.seed}};
+  root["deepinfer_make_model"] = {
+      {"preset", o.preset}, {"layers", o.layers}, {"experts", o.experts}, {"vocab", o.vocab}, {"seed", o.seed}};
   const std::string json = root.dump(1) + "\n";
   (void)ParseModelConfig(json, "make-model " + std::string(kPreset) + " config");  // throws if the rule ever breaks
   return json;
@@ -664,11 +637,11 @@ MakeModelResult MakeModel(const MakeModelOptions& options) {
 }
 
 int RunMakeModelCommand(const std::vector<std::string>& args) {
-  MakeModelOptions options = ParseMakeModelArgs(args);
-  if (options.preset == "help") {
+  if (WantsHelp(args)) {
     PrintHelp(std::cout);
     return 0;
   }
+  MakeModelOptions options = ParseMakeModelArgs(args);
   if (options.threads == 0) options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const MakeModelResult result = MakeModel(options);
   const ModelConfig& c = result.config;

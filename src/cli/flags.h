@@ -1,0 +1,62 @@
+// One flag registry per command: each flag is declared once with its value placeholder, help
+// and setter, and the same list drives parsing, `--help` and errors.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+template <typename Options>
+struct Flag {
+  const char* name;
+  const char* value_name;  // nullptr for a switch
+  const char* help;
+  std::function<void(Options&, const std::string&)> set;
+};
+
+// Integer / real values, with the flag named in errors.
+int64_t ParseIntFlag(const std::string& flag, const std::string& value, int64_t min_value = INT64_MIN);
+double ParseRealFlag(const std::string& flag, const std::string& value);
+// "1,2,3" -> {1, 2, 3}; at least one entry, each >= min_value.
+std::vector<int64_t> ParseIntListFlag(const std::string& flag, const std::string& text, int64_t min_value);
+
+void PrintFlagLines(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& lines);
+
+template <typename Options>
+void PrintFlagHelp(std::ostream& out, const std::vector<Flag<Options>>& flags) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (const Flag<Options>& f : flags) {
+    lines.emplace_back(std::string(f.name) + (f.value_name ? std::string(" ") + f.value_name : ""), f.help);
+  }
+  PrintFlagLines(out, lines);
+}
+
+template <typename Options>
+void ParseFlags(const char* command, const std::vector<std::string>& args, const std::vector<Flag<Options>>& flags,
+                Options& options) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Flag<Options>* flag = nullptr;
+    for (const Flag<Options>& f : flags) {
+      if (args[i] == f.name) flag = &f;
+    }
+    if (flag == nullptr) {
+      throw MakeError(command, ": unknown argument '", args[i], "' (see deepinfer ", command, " --help)");
+    }
+    if (flag->value_name != nullptr) {
+      if (i + 1 >= args.size()) throw MakeError(flag->name, ": missing value ", flag->value_name);
+      flag->set(options, args[++i]);
+    } else {
+      flag->set(options, "");
+    }
+  }
+}
+
+bool WantsHelp(const std::vector<std::string>& args);
+
+}  // namespace deepinfer
