@@ -1,0 +1,347 @@
+// QuantizedLinear / DenseLinear at the DeepSeek-V4.1 shapes, with the two baselines that say what
+// "fast" means on the machine at hand, measured in the same binary:
+//   * DRAM read bandwidth: a vectorised sum (8 accumulators per thread) over a 1 GiB buffer;
+//   * vdpbf16ps peak (and FP32 FMA peak): 12 independent chains per thread.
+// GEMV (M = 1, 4, 16) cycles through >= 1 GiB of distinct weight copies so the weights come from
+// DRAM, as in decode; M = 512 (prefill) reuses one copy. Counters: bytes/s of weights (plus scales)
+// and FLOP/s, and their fractions of the baselines (of_bw, of_dp_peak).
+//
+// Run by hand, on an otherwise idle machine, e.g.
+//   build/bench/linear_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// and read the "max" rows of the rate counters (the "min" rows of the times).
+#include <benchmark/benchmark.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_simd.h"
+#include "kernels/cpu/weight_matrix.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr size_t kWorkingSet = size_t{1} << 30;  // > the LLC: weights stream from DRAM
+
+// One pool per thread count for the whole run (1: the kernel alone; 2: the machine, plus the
+// pool's wake-up cost that every real call pays).
+ThreadPool& Pool(int threads = 2) {
+  static ThreadPool one(1), two(2);
+  return threads == 1 ? one : two;
+}
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// ---- baselines ---------------------------------------------------------------------------------
+
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
+  __m512 a[8];
+  for (auto& v : a) v = _mm512_setzero_ps();
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
+  }
+  for (int j = 1; j < 8; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 a[8];
+  for (auto& v : a) v = _mm256_setzero_ps();
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_add_ps(a[j], _mm256_load_ps(p + i + 8 * j));
+  }
+  for (int j = 1; j < 8; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  alignas(32) float l[8];
+  _mm256_store_ps(l, a[0]);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+
+struct Buffer {
+  float* data;
+  size_t floats;
+  explicit Buffer(size_t bytes) : data(static_cast<float*>(std::aligned_alloc(64, bytes))), floats(bytes / 4) {
+    for (size_t i = 0; i < floats; ++i) data[i] = static_cast<float>(i & 1023);
+  }
+  ~Buffer() { std::free(data); }
+};
+
+// One pass over the buffer with `threads` threads; returns bytes per second.
+double ReadPass(const Buffer& buffer, ThreadPool& pool) {
+  const bool avx512 = DetectIsa() == IsaLevel::kAvx512;
+  const size_t parts = static_cast<size_t>(pool.size()) * 64;
+  std::vector<float> sinks(parts);
+  const double start = Now();
+  pool.ParallelFor(parts, [&](size_t begin, size_t end) {
+    for (size_t part = begin; part < end; ++part) {
+      const size_t chunk = buffer.floats / parts;
+      sinks[part] = avx512 ? SumAvx512(buffer.data + part * chunk, chunk) : SumAvx2(buffer.data + part * chunk, chunk);
+    }
+  });
+  benchmark::DoNotOptimize(sinks.data());
+  return static_cast<double>(buffer.floats) * 4 / (Now() - start);
+}
+
+// Best of a few passes with `threads` threads, measured once for the of_bw counters.
+double MeasuredBandwidth(int threads) {
+  static double bandwidth[3] = {0, 0, 0};
+  if (bandwidth[threads] == 0) {
+    Buffer buffer(kWorkingSet);
+    for (int i = 0; i < 5; ++i) bandwidth[threads] = std::max(bandwidth[threads], ReadPass(buffer, Pool(threads)));
+  }
+  return bandwidth[threads];
+}
+
+void BM_DramReadBandwidth(benchmark::State& state) {
+  if (DetectIsa() < IsaLevel::kAvx2) return state.SkipWithError("needs AVX2");
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  Buffer buffer(kWorkingSet);
+  for (auto _ : state) benchmark::DoNotOptimize(ReadPass(buffer, pool));
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(kWorkingSet), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DramReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+constexpr int64_t kPeakIters = 20'000'000;
+
+// Twelve named accumulators (an array would live on the stack): independent chains, so the loop
+// runs at the instruction's throughput rather than its latency.
+#define DI_TWELVE(X) X(c0) X(c1) X(c2) X(c3) X(c4) X(c5) X(c6) X(c7) X(c8) X(c9) X(c10) X(c11)
+#define DI_INIT(c) __m512 c = _mm512_set1_ps(static_cast<float>(__LINE__ + sizeof(#c)));
+
+__attribute__((target("avx512f,avx512bf16"))) float DpChains(int64_t iters) {
+  DI_TWELVE(DI_INIT)
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x00010001);
+  for (int64_t i = 0; i < iters; ++i) {
+#define DI_DP(c) c = _mm512_dpbf16_ps(c, a, b); __asm__("" : "+v"(c));
+    DI_TWELVE(DI_DP)
+#undef DI_DP
+  }
+  return _mm512_reduce_add_ps(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11);
+}
+
+__attribute__((target("avx512f"))) float FmaChains(int64_t iters) {
+  DI_TWELVE(DI_INIT)
+  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-30f);
+  for (int64_t i = 0; i < iters; ++i) {
+#define DI_FMA(c) c = _mm512_fmadd_ps(a, b, c); __asm__("" : "+v"(c));
+    DI_TWELVE(DI_FMA)
+#undef DI_FMA
+  }
+  return _mm512_reduce_add_ps(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11);
+}
+#undef DI_INIT
+#undef DI_TWELVE
+
+// FLOP/s on all pool threads: 12 chains x iters x (64 FLOP per vdpbf16ps | 32 per FMA).
+double PeakRun(ThreadPool& pool, bool dp) {
+  std::vector<float> sinks(pool.size());
+  const double start = Now();
+  pool.ParallelFor(static_cast<size_t>(pool.size()), [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) sinks[t] = dp ? DpChains(kPeakIters) : FmaChains(kPeakIters);
+  });
+  benchmark::DoNotOptimize(sinks.data());
+  return static_cast<double>(pool.size()) * 12 * kPeakIters * (dp ? 64 : 32) / (Now() - start);
+}
+
+double MeasuredDpPeak() {
+  static const double peak = [] {
+    double best = 0;
+    for (int i = 0; i < 3; ++i) best = std::max(best, PeakRun(Pool(), true));
+    return best;
+  }();
+  return peak;
+}
+
+bool HasBf16() { return DetectIsa() == IsaLevel::kAvx512 && CpuHasAvx512Bf16(); }
+
+void BM_Vdpbf16psPeak(benchmark::State& state) {
+  if (!HasBf16()) return state.SkipWithError("needs AVX512-BF16");
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(PeakRun(pool, true));
+  state.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(state.range(0)) * 12 * kPeakIters * 64,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Vdpbf16psPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_Fp32FmaPeak(benchmark::State& state) {
+  if (DetectIsa() < IsaLevel::kAvx512) return state.SkipWithError("needs AVX-512");
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(PeakRun(pool, false));
+  state.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(state.range(0)) * 12 * kPeakIters * 32,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Fp32FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The fixed cost every 2-thread kernel call pays: an empty ParallelFor over the shared pool (the
+// worker sleeps on a condition variable between calls; waking an idle vCPU is slow in a VM).
+void BM_ParallelForWakeup(benchmark::State& state) {
+  for (auto _ : state) Pool().ParallelFor(2, [](size_t, size_t) {});
+}
+BENCHMARK(BM_ParallelForWakeup)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// ---- operands -------------------------------------------------------------------------------------
+
+uint64_t SplitMix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// `copies` distinct copies of one random N x K matrix (realistic scales 2^-7..2^-3; no e4m3 NaN),
+// each starting `offset` bytes past a 64-byte boundary (checkpoint tensors need not be aligned).
+struct Weights {
+  MatrixFormat format;
+  int64_t n, k, offset;
+  uint8_t* data = nullptr;
+  std::vector<uint8_t> scales;
+  std::vector<WeightMatrix> copies;
+
+  Weights(MatrixFormat f, int64_t rows, int64_t cols, int64_t count, int64_t misalign)
+      : format(f), n(rows), k(cols), offset(misalign) {
+    const int64_t payload = f == MatrixFormat::kBF16 ? n * k * 2 : f == MatrixFormat::kF32 ? n * k * 4
+                            : f == MatrixFormat::kFP8Block32 ? n * k : n * k / 2;
+    const int64_t stride = (payload + 64 + 63) / 64 * 64;
+    const bool quantized = f == MatrixFormat::kFP8Block32 || f == MatrixFormat::kFP4Row32;
+    const int64_t scale_bytes = !quantized ? 0 : f == MatrixFormat::kFP8Block32 ? ((n + 31) / 32) * (k / 32) : n * (k / 32);
+    const size_t total = static_cast<size_t>(stride * count);
+    data = static_cast<uint8_t*>(std::aligned_alloc(64, total));
+    scales.resize(scale_bytes * count);
+    uint64_t seed = 42;
+    for (size_t i = 0; i + 8 <= total; i += 8) {
+      uint64_t v = SplitMix(seed);
+      if (f == MatrixFormat::kFP8Block32) v &= 0xbebebebebebebebeull;  // no 0x7f/0xff (NaN) codes
+      if (f == MatrixFormat::kBF16) v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;  // |w| ~ 2^-7: no subnormals
+      if (f == MatrixFormat::kF32) v = 0x3c0000003c000000ull | (v & 0x807fffff807fffffull);
+      std::memcpy(data + i, &v, 8);
+    }
+    for (auto& b : scales) b = static_cast<uint8_t>(120 + SplitMix(seed) % 5);
+    for (int64_t c = 0; c < count; ++c) {
+      copies.push_back(WeightMatrix{f, n, k, data + c * stride + offset, scales.empty() ? nullptr : scales.data() + c * scale_bytes});
+    }
+  }
+  ~Weights() { std::free(data); }
+  Weights(const Weights&) = delete;
+  Weights& operator=(const Weights&) = delete;
+};
+
+// One weight set alive at a time (the benchmarks of a shape run together), to bound memory.
+const Weights& GetWeights(MatrixFormat f, int64_t n, int64_t k, bool streaming, int64_t misalign) {
+  static std::unique_ptr<Weights> current;
+  const uint64_t bytes = f == MatrixFormat::kBF16 ? n * k * 2 : f == MatrixFormat::kF32 ? n * k * 4
+                         : f == MatrixFormat::kFP8Block32 ? n * k + ((n + 31) / 32) * (k / 32) : n * k / 2 + n * (k / 32);
+  const int64_t count = streaming ? static_cast<int64_t>((kWorkingSet + bytes - 1) / bytes) : 1;
+  if (!current || current->format != f || current->n != n || current->k != k || current->offset != misalign ||
+      static_cast<int64_t>(current->copies.size()) < count) {
+    current.reset();
+    current = std::make_unique<Weights>(f, n, k, count, misalign);
+  }
+  return *current;
+}
+
+// bf16-exact activations with magnitudes varying per 32-block.
+std::vector<float> Activations(int64_t m, int64_t k) {
+  std::vector<float> x(m * k);
+  uint64_t seed = 7;
+  for (auto& v : x) {
+    const uint64_t r = SplitMix(seed);
+    v = RoundToBF16((static_cast<float>(r & 0xffff) / 32768.0f - 1.0f) * std::ldexp(1.0f, static_cast<int>((r >> 16) % 7) - 3));
+  }
+  return x;
+}
+
+// ---- kernels -------------------------------------------------------------------------------------
+
+enum class Path { kDefault, kAvx512Fma, kAvx2, kScalar };
+
+// Args: {M, threads}.
+void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Path path, bool dense_round,
+               int64_t misalign = 0) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  ThreadPool& pool = Pool(threads);
+  const IsaLevel best = DetectIsa();
+  if (best == IsaLevel::kScalar) return state.SkipWithError("needs AVX2");
+  if (path == Path::kAvx512Fma && best < IsaLevel::kAvx512) return state.SkipWithError("needs AVX-512");
+  const bool streaming = m <= 16;  // GEMV: stream >= 1 GiB of weights; GEMM: one copy, compute-bound
+  const Weights& weights = GetWeights(f, n, k, streaming, misalign);
+  const std::vector<float> x = Activations(m, k);
+  std::vector<float> y(m * n);
+  const double bw = streaming ? MeasuredBandwidth(threads) : 0.0;
+  const double peak = !streaming && HasBf16() && threads == 2 ? MeasuredDpPeak() : 0.0;
+  const IsaLevel isa = path == Path::kAvx2 ? IsaLevel::kAvx2 : path == Path::kScalar ? IsaLevel::kScalar : best;
+  const ComputeContext ctx{pool, isa};
+  size_t next = 0;
+  for (auto _ : state) {
+    const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];
+    if (path == Path::kAvx512Fma) {
+      QuantizedLinearAvx512(w, x.data(), m, y.data(), pool, /*bf16_dot=*/false);
+    } else if (w.quantized()) {
+      QuantizedLinear(w, x.data(), m, y.data(), ctx);
+    } else {
+      DenseLinear(w, x.data(), m, y.data(), dense_round, ctx);
+    }
+    benchmark::ClobberMemory();
+  }
+  const double bytes = static_cast<double>(weights.copies[0].bytes()), flops = 2.0 * m * n * k;
+  state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  if (bw > 0) state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
+  if (peak > 0) state.counters["of_dp_peak"] = benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Configure(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+  b->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+  b->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+}
+
+// V4.1 routed expert (w1/w3: 2304 x 5120; w2: 5120 x 2304), FP4.
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304, 5120, Path::kDefault, true)
+    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fma, true)
+    ->Args({1, 2})->Args({16, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)
+    ->Args({1, 2})->Args({16, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_scalar, MatrixFormat::kFP4Row32, 2304, 5120, Path::kScalar, true)
+    ->Args({1, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304, MatrixFormat::kFP4Row32, 5120, 2304, Path::kDefault, true)
+    ->Args({1, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
+// Attention projections wq_b (32768 x 1280) and wo_b (5120 x 8192), FP8.
+BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280, MatrixFormat::kFP8Block32, 32768, 1280, Path::kDefault, true)
+    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault, true)
+    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx512fma, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fma, true)
+    ->Args({1, 2})->Apply(Configure);
+// Rows 16 bytes past a cache-line boundary: every other 32-byte FP8 group load splits two lines.
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_misaligned16, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault, true, 16)
+    ->Args({1, 2})->Apply(Configure);
+// Output head (129280 x 5120), BF16 weights, fp32 logits; prefill-sized M on an 8192-row slice.
+BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280, 5120, Path::kDefault, false)
+    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)
+    ->Args({512, 2})->Apply(Configure);
+// F32 weights (the small fp32 projections), GEMV.
+BENCHMARK_CAPTURE(RunLinear, f32_4096x5120, MatrixFormat::kF32, 4096, 5120, Path::kDefault, false)
+    ->Args({1, 2})->Args({16, 2})->Apply(Configure);
+
+}  // namespace
+}  // namespace deepinfer
+
+BENCHMARK_MAIN();

@@ -1,0 +1,370 @@
+// AVX2 + FMA + F16C kernels for QuantizedLinear and DenseLinear. They compute the canonical
+// sequence of linear_simd.h with the 16-lane accumulator split into two 8-lane halves (lanes
+// 0-7 and 8-15, reduced with the same tree), so their bits equal the AVX-512 paths'.
+// Simpler versions of linear_avx512.cc's loop structures (contiguous streaming tiles for M <= 4,
+// full-K panels with 2x2 register tiles above), FMAs only: a correct fallback for CPUs without
+// AVX-512, not tuned as far.
+// GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
+// (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "kernels/cpu/linear_simd.h"
+
+namespace deepinfer {
+namespace {
+
+using linear_simd::ExpRange;
+using linear_simd::Job;
+using linear_simd::kGroup;
+using linear_simd::kPanelM;
+using linear_simd::kPanelN;
+using linear_simd::PairK;
+
+struct Avx2;
+float Finish(float sum, bool round) { return linear_simd::Finish<Avx2>(sum, round); }
+
+// The fixed reduction tree: (i, i+8) is lo + hi, then (i, i+4), (i, i+2), (i, i+1).
+inline float ReduceLanes(__m256 lo, __m256 hi) {
+  const __m256 a = _mm256_add_ps(lo, hi);
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+inline int HorizontalU8(__m128i v, bool max) {
+  v = max ? _mm_max_epu8(v, _mm_srli_si128(v, 8)) : _mm_min_epu8(v, _mm_srli_si128(v, 8));
+  v = max ? _mm_max_epu8(v, _mm_srli_si128(v, 4)) : _mm_min_epu8(v, _mm_srli_si128(v, 4));
+  v = max ? _mm_max_epu8(v, _mm_srli_si128(v, 2)) : _mm_min_epu8(v, _mm_srli_si128(v, 2));
+  v = max ? _mm_max_epu8(v, _mm_srli_si128(v, 1)) : _mm_min_epu8(v, _mm_srli_si128(v, 1));
+  return _mm_cvtsi128_si32(v) & 0xff;
+}
+
+// ---- activation preparation ---------------------------------------------------------------
+
+// FloatToE4M3 followed by E4M3ToFloat, bit for bit, on t = clamp(x / scale, -448, 448).
+inline __m256 RoundE4M3(__m256 t) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 mag = _mm256_min_ps(_mm256_andnot_ps(sign, t), _mm256_set1_ps(448.0f));
+  const __m256 tiny = _mm256_mul_ps(
+      _mm256_round_ps(_mm256_mul_ps(mag, _mm256_set1_ps(512.0f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+      _mm256_set1_ps(1.0f / 512.0f));
+  __m256i bits = _mm256_castps_si256(mag);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 20), _mm256_set1_epi32(1));
+  bits = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7ffff)));
+  bits = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0xfff00000u)));
+  __m256 q = _mm256_blendv_ps(_mm256_castsi256_ps(bits), tiny, _mm256_cmp_ps(mag, _mm256_set1_ps(0.015625f), _CMP_LT_OQ));
+  q = _mm256_or_ps(q, _mm256_and_ps(t, sign));
+  return _mm256_blendv_ps(q, t, _mm256_cmp_ps(t, t, _CMP_UNORD_Q));
+}
+
+// PowerOfTwoScaleCeil(max(amax, 1e-4), 1/448), as in QuantizeFP8PowerOfTwo.
+inline float ActScale(float amax) {
+  const float clamped = amax < 1e-4f ? 1e-4f : amax;
+  const uint32_t bits = std::bit_cast<uint32_t>(clamped * (1.0f / 448.0f));
+  const int32_t exponent = static_cast<int32_t>((bits >> 23) & 0xff);
+  const int32_t log2_ceil = exponent - 127 + ((bits & 0x7fffffu) != 0 ? 1 : 0);
+  return std::bit_cast<float>(static_cast<uint32_t>(log2_ceil + 127) << 23);
+}
+
+// Natural-order group -> canonical [even 16 | odd 16].
+inline void ToPairs(MatrixFormat f, const float* natural, float* xs) {
+  for (int i = 0; i < 16; ++i) {
+    xs[i] = natural[PairK(f, i, false)];
+    xs[16 + i] = natural[PairK(f, i, true)];
+  }
+}
+
+ExpRange PrepareQuantized(MatrixFormat f, const float* x, int64_t k, float* xs) {
+  ExpRange range{1 << 20, -(1 << 20)};
+  alignas(32) float natural[kGroup];
+  for (int64_t g = 0; g < k / kGroup; ++g) {
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(x + g * kGroup + 8 * j);
+      // max_ps returns its second operand when the first is NaN: NaNs are skipped like std::max.
+      amax = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[j]), amax);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float scale = ActScale(_mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))));
+    const int e = static_cast<int>(std::bit_cast<uint32_t>(scale) >> 23) - 127;
+    range = {std::min(range.lo, e), std::max(range.hi, e)};
+    const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-448.0f), hi = _mm256_set1_ps(448.0f);
+    for (int j = 0; j < 4; ++j) {
+      // clamp = min(hi, max(lo, t)) keeps NaN (second operand) like std::clamp.
+      const __m256 q = RoundE4M3(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_div_ps(v[j], s))));
+      _mm256_store_ps(natural + 8 * j, _mm256_mul_ps(q, s));
+    }
+    ToPairs(f, natural, xs + g * kGroup);
+  }
+  return range;
+}
+
+void PrepareDense(MatrixFormat f, const float* x, int64_t k, float* xs) {
+  alignas(32) float natural[kGroup];
+  for (int64_t g = 0; g * kGroup < k; ++g) {
+    const int64_t left = std::min<int64_t>(kGroup, k - g * kGroup);  // zero padding: exact +0 products
+    for (int64_t i = 0; i < kGroup; ++i) natural[i] = i < left ? x[g * kGroup + i] : 0.0f;
+    ToPairs(f, natural, xs + g * kGroup);
+  }
+}
+
+// ---- weight decoding: half h (pairs 8h..8h+7) of one group of one row -------------------------
+
+struct RowSet {
+  const uint8_t* row[kPanelN];
+  const float* scale[kPanelN];  // FP8: per-group block scale * 256; FP4: per-group row scale
+};
+
+template <MatrixFormat F>
+struct Decoder {
+  int64_t k;  // dense: valid elements, for the zero-padded last group
+
+  void Load(const RowSet& rs, int n, int64_t g, int h, __m256& even, __m256& odd) const {
+    if constexpr (F == MatrixFormat::kFP4Row32) {
+      // 16 bytes in both 128-bit lanes; lane i of half h wants nibbles 8(i%4) + L and
+      // 8(i%4) + 4 + L with L = 2h + i/4 (the FP4 pair order).
+      const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rs.row[n] + g * 16)));
+      const __m256i base = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+      const __m256i shift_even = _mm256_add_epi32(base, _mm256_set1_epi32(8 * h));
+      const __m256 table = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), _mm256_set1_ps(rs.scale[n][g]));
+      even = Fp4Values(_mm256_srlv_epi32(bytes, shift_even), table);
+      odd = Fp4Values(_mm256_srlv_epi32(bytes, _mm256_add_epi32(shift_even, _mm256_set1_epi32(16))), table);
+    } else if constexpr (F == MatrixFormat::kFP8Block32) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rs.row[n] + g * 32 + 16 * h));
+      const __m256 s = _mm256_set1_ps(rs.scale[n][g]);
+      even = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(bytes, _mm_setr_epi8(-1, 0, -1, 2, -1, 4, -1, 6, -1, 8, -1, 10, -1, 12, -1, 14))), s);
+      odd = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(bytes, _mm_setr_epi8(-1, 1, -1, 3, -1, 5, -1, 7, -1, 9, -1, 11, -1, 13, -1, 15))), s);
+    } else {
+      constexpr int64_t kElemBytes = F == MatrixFormat::kBF16 ? 2 : 4;
+      const uint8_t* p = rs.row[n] + g * kGroup * kElemBytes;
+      alignas(32) uint8_t padded[kGroup * 4];
+      const int64_t left = k - g * kGroup;
+      if (left < kGroup) {  // never read past the row: copy the valid part, zeros after it
+        std::memset(padded, 0, sizeof(padded));
+        std::memcpy(padded, p, static_cast<size_t>(left * kElemBytes));
+        p = padded;
+      }
+      if constexpr (F == MatrixFormat::kBF16) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * h));
+        even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+        odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+      } else {
+        even = _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
+        odd = _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 16 + 8 * h);
+      }
+    }
+  }
+
+  // e2m1 nibble in the low 4 bits of each lane -> table[magnitude] with the sign bit 3 applied.
+  static __m256 Fp4Values(__m256i idx, __m256 table) {
+    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28), _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    return _mm256_or_ps(_mm256_permutevar8x32_ps(table, idx), _mm256_castsi256_ps(sign));
+  }
+  // e4m3 code in the high byte of 8 words -> fp32 of code * 2^-8, exactly, via fp16 (F16C):
+  // fp16 bits sign | (code & 0x7f) << 7 scale every code (subnormals included) by 2^-8.
+  static __m256 E4M3Times2PowMinus8(__m128i words) {
+    __m128i h = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(words, 1), _mm_set1_epi16(0x3f80)),
+                             _mm_and_si128(words, _mm_set1_epi16(static_cast<int16_t>(0x8000))));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(words, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
+    h = _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7e00)));
+    return _mm256_cvtph_ps(h);
+  }
+};
+
+// Per-group fp32 scales of a ue8m0 row, times `extra` (bytes 0 and 255 give garbage here; those
+// elements are recomputed by the oracle replica).
+inline void ScalesOf(const uint8_t* s, int64_t groups, float extra, float* out) {
+  for (int64_t g = 0; g < groups; ++g) out[g] = std::bit_cast<float>(static_cast<uint32_t>(s[g]) << 23) * extra;
+}
+
+struct Scratch {
+  float* panel;   // [groups][kPanelN][32]
+  float* scales;  // [kPanelN][groups]
+  Scratch(unsigned char* base, int64_t groups)
+      : panel(reinterpret_cast<float*>(base)), scales(panel + groups * kPanelN * kGroup) {}
+  static size_t Bytes(int64_t groups) { return 4 * static_cast<size_t>(groups * kPanelN * (kGroup + 1)); }
+};
+
+template <MatrixFormat F>
+void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const Scratch& s, RowSet& rs) {
+  const int64_t row_bytes = F == MatrixFormat::kFP4Row32 ? w.cols / 2 : F == MatrixFormat::kFP8Block32 ? w.cols
+                            : F == MatrixFormat::kBF16   ? w.cols * 2 : w.cols * 4;
+  for (int i = 0; i < nr; ++i) {
+    rs.row[i] = w.data + (n0 + i) * row_bytes;
+    rs.scale[i] = s.scales + i * groups;
+    // The 2^-8 of the fp16 route is folded into the FP8 scale: the products stay the same numbers.
+    if constexpr (F == MatrixFormat::kFP8Block32) ScalesOf(w.scales + ((n0 + i) / kQuantBlock) * w.scale_cols(), groups, 256.0f, s.scales + i * groups);
+    if constexpr (F == MatrixFormat::kFP4Row32) ScalesOf(w.scales + (n0 + i) * w.scale_cols(), groups, 1.0f, s.scales + i * groups);
+  }
+}
+
+// ---- streaming tiles (M <= 4): NR * MR <= 4 elements, two 8-lane accumulators each ---------------
+
+template <MatrixFormat F, int NR, int MR>
+void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstride, int64_t groups, float (*out)[4]) {
+  __m256 acc[MR][NR][2];
+  for (auto& a : acc) for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      for (int n = 0; n < NR; ++n) {
+        __m256 we, wo;
+        dec.Load(rs, n, g, h, we, wo);
+        for (int r = 0; r < MR; ++r) {
+          const float* xr = x + r * xstride + g * kGroup + 8 * h;
+          acc[r][n][h] = _mm256_fmadd_ps(_mm256_load_ps(xr), we, _mm256_fmadd_ps(_mm256_load_ps(xr + 16), wo, acc[r][n][h]));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
+}
+
+template <MatrixFormat F, int MR>
+void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
+  constexpr int kNR = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+  const WeightMatrix& w = *job.w;
+  const Decoder<F> dec{w.cols};
+  float out[MR][4];
+  for (int64_t n = n_begin; n < n_end;) {
+    // FP8 tiles stay inside one 32-row block so that they share its scales.
+    const int64_t stop = F == MatrixFormat::kFP8Block32 ? std::min(n_end, (n / kQuantBlock + 1) * kQuantBlock) : n_end;
+    const int nr = stop - n >= kNR ? kNR : 1;
+    RowSet rs{};
+    LoadRowSet<F>(w, n, nr, job.groups, s, rs);
+    if (nr == kNR) {
+      Tile<F, kNR, MR>(rs, dec, job.xs, job.groups * kGroup, job.groups, out);
+    } else {
+      Tile<F, 1, MR>(rs, dec, job.xs, job.groups * kGroup, job.groups, out);
+    }
+    for (int r = 0; r < MR; ++r) {
+      for (int i = 0; i < nr; ++i) job.y[r * w.rows + n + i] = Finish(out[r][i], job.round_to_bf16);
+    }
+    n += nr;
+  }
+}
+
+// ---- panel GEMM (M > 4) --------------------------------------------------------------------
+
+// 2 activation rows x 2 panel rows (panel rows n0, n0+1 of the [g][kPanelN][32] panel).
+void Micro2x2(const float* panel, int n0, const float* x, int64_t xstride, int64_t groups, float out[2][2]) {
+  __m256 acc[2][2][2];
+  for (auto& a : acc) for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      const float* p = panel + (g * kPanelN + n0) * kGroup + 8 * h;
+      const __m256 we0 = _mm256_load_ps(p), wo0 = _mm256_load_ps(p + 16);
+      const __m256 we1 = _mm256_load_ps(p + kGroup), wo1 = _mm256_load_ps(p + kGroup + 16);
+      for (int r = 0; r < 2; ++r) {
+        const float* xr = x + r * xstride + g * kGroup + 8 * h;
+        const __m256 xe = _mm256_load_ps(xr), xo = _mm256_load_ps(xr + 16);
+        acc[r][0][h] = _mm256_fmadd_ps(xe, we0, _mm256_fmadd_ps(xo, wo0, acc[r][0][h]));
+        acc[r][1][h] = _mm256_fmadd_ps(xe, we1, _mm256_fmadd_ps(xo, wo1, acc[r][1][h]));
+      }
+    }
+  }
+  for (int r = 0; r < 2; ++r) for (int n = 0; n < 2; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
+}
+
+template <MatrixFormat F>
+void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
+  const WeightMatrix& w = *job.w;
+  const int64_t groups = job.groups, xstride = groups * kGroup;
+  const Decoder<F> dec{w.cols};
+  const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
+  const int64_t m_block = std::clamp<int64_t>((1 << 20) / (xstride * 4) / kPanelM * kPanelM, kPanelM, 128);
+  for (int64_t m0 = 0; m0 < m_pad; m0 += m_block) {
+    const int64_t m1 = std::min(m_pad, m0 + m_block);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelN) {
+      const int nr = static_cast<int>(std::min<int64_t>(kPanelN, n_end - n0));
+      RowSet rs{};
+      LoadRowSet<F>(w, n0, nr, groups, s, rs);
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int i = 0; i < kPanelN; ++i) {
+          float* p = s.panel + (g * kPanelN + i) * kGroup;
+          for (int h = 0; h < 2; ++h) {
+            __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();  // rows past the end stay zero
+            if (i < nr) dec.Load(rs, i, g, h, even, odd);
+            _mm256_store_ps(p + 8 * h, even);
+            _mm256_store_ps(p + 16 + 8 * h, odd);
+          }
+        }
+      }
+      for (int64_t r0 = m0; r0 < m1; r0 += 2) {
+        for (int np = 0; np < kPanelN; np += 2) {
+          float out[2][2];
+          Micro2x2(s.panel, np, job.xs + r0 * xstride, xstride, groups, out);
+          for (int64_t r = r0; r < std::min(r0 + 2, job.m); ++r) {
+            for (int i = np; i < std::min(np + 2, nr); ++i) {
+              job.y[r * w.rows + n0 + i] = Finish(out[r - r0][i - np], job.round_to_bf16);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <MatrixFormat F>
+void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
+  switch (job.m) {
+    case 1: return StreamRowsT<F, 1>(job, b, e, s);
+    case 2: return StreamRowsT<F, 2>(job, b, e, s);
+    case 3: return StreamRowsT<F, 3>(job, b, e, s);
+    default: return StreamRowsT<F, 4>(job, b, e, s);
+  }
+}
+
+struct Avx2 {
+  static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t*) {
+    return PrepareQuantized(f, x, k, xs);
+  }
+  static void PrepareDenseRow(const float* x, int64_t k, MatrixFormat f, float* xs) { PrepareDense(f, x, k, xs); }
+  static ExpRange ScaleRange(const uint8_t* s, int64_t count) {
+    __m128i lo = _mm_set1_epi8(-1), hi = _mm_setzero_si128();
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      lo = _mm_min_epu8(lo, v), hi = _mm_max_epu8(hi, v);
+    }
+    int mn = HorizontalU8(lo, false), mx = HorizontalU8(hi, true);
+    for (; i < count; ++i) mn = std::min<int>(mn, s[i]), mx = std::max<int>(mx, s[i]);
+    return {mn - 127, mx - 127};
+  }
+  static size_t ScratchBytes(int64_t groups, int64_t) { return Scratch::Bytes(groups); }
+  static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
+    Scratch s(scratch, job.groups);
+    switch (job.w->format) {
+      case MatrixFormat::kFP4Row32: return Stream<MatrixFormat::kFP4Row32>(job, b, e, s);
+      case MatrixFormat::kFP8Block32: return Stream<MatrixFormat::kFP8Block32>(job, b, e, s);
+      case MatrixFormat::kBF16: return Stream<MatrixFormat::kBF16>(job, b, e, s);
+      case MatrixFormat::kF32: return Stream<MatrixFormat::kF32>(job, b, e, s);
+    }
+  }
+  static void PanelRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
+    Scratch s(scratch, job.groups);
+    switch (job.w->format) {
+      case MatrixFormat::kFP4Row32: return PanelRowsT<MatrixFormat::kFP4Row32>(job, b, e, s);
+      case MatrixFormat::kFP8Block32: return PanelRowsT<MatrixFormat::kFP8Block32>(job, b, e, s);
+      case MatrixFormat::kBF16: return PanelRowsT<MatrixFormat::kBF16>(job, b, e, s);
+      case MatrixFormat::kF32: return PanelRowsT<MatrixFormat::kF32>(job, b, e, s);
+    }
+  }
+};
+
+}  // namespace
+
+void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  linear_simd::Driver<Avx2>::Quantized(w, x, m, y, pool, /*bf16_dot=*/false);
+}
+
+void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                     ThreadPool& pool) {
+  linear_simd::Driver<Avx2>::Dense(w, x, m, y, round_to_bf16, pool);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,537 @@
+// AVX-512 (F/BW/VL/DQ, optionally BF16) kernels for QuantizedLinear and DenseLinear. The numeric
+// contract (canonical pair order, accumulation, reduction tree, scale folding) is documented in
+// linear_simd.h; every function here computes exactly that sequence.
+//
+// Two loop structures, chosen by M only (the results are the same bits either way):
+//   * M <= 4, "streaming" (GEMV): tiles of 16/8/4 weight rows x M activation rows; each weight group
+//     is decoded once, in registers, and used for all M rows. The weights are read once per call.
+//   * M > 4, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
+//     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs.
+// Instruction choice, measured on this Xeon (linear_bench, and the notes at each decoder):
+// vdpbf16ps does the work of two FMAs but runs at one per ~2 cycles and keeps both vector ports
+// busy meanwhile, so it only pays where it saves decode work: FP8 GEMV (bf16 words come straight
+// out of the e4m3 decode; the FMA path would have to split them into fp32 halves). FP4 decodes
+// directly to fp32 pair halves and uses FMAs; the GEMM and dense paths use FMAs (2 per cycle).
+// GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
+// (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "kernels/cpu/linear_simd.h"
+
+namespace deepinfer {
+namespace {
+
+using linear_simd::ExpRange;
+using linear_simd::Job;
+using linear_simd::kGroup;
+using linear_simd::kPanelM;
+using linear_simd::kPanelN;
+using linear_simd::PairK;
+
+struct Avx512;
+float Finish(float sum, bool round) { return linear_simd::Finish<Avx512>(sum, round); }
+
+constexpr int kMaxTileN = 16;  // weight rows per streaming tile (M = 1)
+
+// ---- small vector helpers ------------------------------------------------------------------
+
+// The fixed reduction tree: (i, i+8), (i, i+4), (i, i+2), (i, i+1).
+inline float ReduceLanes(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+// Index vectors selecting the even / odd members of the 16 pairs from two natural-order vectors.
+template <MatrixFormat F, bool kOdd>
+__m512i PairIndex() {
+  alignas(64) int32_t idx[16];
+  for (int i = 0; i < 16; ++i) idx[i] = PairK(F, i, kOdd);
+  return _mm512_load_si512(idx);
+}
+
+// bf16 words (pairs in dwords) -> fp32 of the even / odd members.
+inline __m512 EvenOf(__m512i words) { return _mm512_castsi512_ps(_mm512_slli_epi32(words, 16)); }
+inline __m512 OddOf(__m512i words) {
+  return _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+inline __m512i PackPairs(__m512 even, __m512 odd) {
+  return _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(even), 16),
+                         _mm512_and_si512(_mm512_castps_si512(odd), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// ---- activation preparation ---------------------------------------------------------------
+
+// FloatToE4M3 followed by E4M3ToFloat, bit for bit, on t = clamp(x / scale, -448, 448).
+inline __m512 RoundE4M3(__m512 t) {
+  const __m512 mag = _mm512_min_ps(_mm512_abs_ps(t), _mm512_set1_ps(448.0f));
+  // Below 2^-6 the grid is 2^-9: nearbyint(mag * 512) / 512 (RNE, exact scalings).
+  const __m512 tiny = _mm512_mul_ps(
+      _mm512_roundscale_ps(_mm512_mul_ps(mag, _mm512_set1_ps(512.0f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+      _mm512_set1_ps(1.0f / 512.0f));
+  // Otherwise round the fp32 mantissa to 3 bits, to nearest even, on the bit pattern.
+  __m512i bits = _mm512_castps_si512(mag);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 20), _mm512_set1_epi32(1));
+  bits = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7ffff)));
+  bits = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xfff00000u)));
+  const __mmask16 is_tiny = _mm512_cmp_ps_mask(mag, _mm512_set1_ps(0.015625f), _CMP_LT_OQ);
+  __m512 q = _mm512_mask_blend_ps(is_tiny, _mm512_castsi512_ps(bits), tiny);
+  q = _mm512_or_ps(q, _mm512_and_ps(t, _mm512_set1_ps(-0.0f)));
+  return _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), t);
+}
+
+// PowerOfTwoScaleCeil(max(amax, 1e-4), 1/448), as in QuantizeFP8PowerOfTwo.
+inline float ActScale(float amax) {
+  const float clamped = amax < 1e-4f ? 1e-4f : amax;
+  const uint32_t bits = std::bit_cast<uint32_t>(clamped * (1.0f / 448.0f));
+  const int32_t exponent = static_cast<int32_t>((bits >> 23) & 0xff);
+  const int32_t log2_ceil = exponent - 127 + ((bits & 0x7fffffu) != 0 ? 1 : 0);
+  return std::bit_cast<float>(static_cast<uint32_t>(log2_ceil + 127) << 23);
+}
+
+template <MatrixFormat F>
+ExpRange PrepareQuantized(const float* x, int64_t k, float* xs, uint32_t* xb) {
+  const __m512i even_idx = PairIndex<F, false>(), odd_idx = PairIndex<F, true>();
+  ExpRange range{1 << 20, -(1 << 20)};
+  for (int64_t g = 0; g < k / kGroup; ++g) {
+    const __m512 v0 = _mm512_loadu_ps(x + g * kGroup), v1 = _mm512_loadu_ps(x + g * kGroup + 16);
+    // max_ps returns its second operand when the first is NaN: NaNs are skipped like std::max does.
+    const __m512 amax = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+    const float scale = ActScale(_mm512_reduce_max_ps(amax));
+    const int e = static_cast<int>(std::bit_cast<uint32_t>(scale) >> 23) - 127;
+    range = {std::min(range.lo, e), std::max(range.hi, e)};
+    const __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-448.0f), hi = _mm512_set1_ps(448.0f);
+    // clamp = min(hi, max(lo, t)) keeps NaN (second operand) like std::clamp.
+    const __m512 q0 = RoundE4M3(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_div_ps(v0, s))));
+    const __m512 q1 = RoundE4M3(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_div_ps(v1, s))));
+    const __m512 x0 = _mm512_mul_ps(q0, s), x1 = _mm512_mul_ps(q1, s);
+    const __m512 even = _mm512_permutex2var_ps(x0, even_idx, x1), odd = _mm512_permutex2var_ps(x0, odd_idx, x1);
+    _mm512_store_ps(xs + g * kGroup, even);
+    _mm512_store_ps(xs + g * kGroup + 16, odd);
+    if (xb != nullptr) _mm512_store_si512(xb + g * 16, PackPairs(even, odd));
+  }
+  return range;
+}
+
+template <MatrixFormat F>
+void PrepareDense(const float* x, int64_t k, float* xs) {
+  const __m512i even_idx = PairIndex<F, false>(), odd_idx = PairIndex<F, true>();
+  for (int64_t g = 0; g * kGroup < k; ++g) {
+    const int64_t left = k - g * kGroup;  // zero padding past K contributes exact +0 products
+    const __mmask16 m0 = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 m1 = left >= 32 ? 0xffff : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
+    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + g * kGroup), v1 = _mm512_maskz_loadu_ps(m1, x + g * kGroup + 16);
+    _mm512_store_ps(xs + g * kGroup, _mm512_permutex2var_ps(v0, even_idx, v1));
+    _mm512_store_ps(xs + g * kGroup + 16, _mm512_permutex2var_ps(v0, odd_idx, v1));
+  }
+}
+
+// ---- weight decoding: one group (32 weights) of one row ----------------------------------------
+
+constexpr uint16_t Bf16Bits(float v) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16); }
+
+// e4m3 * 2^(s-127) -> bf16 (exact when FoldIsExact holds), s the block's ue8m0 byte: normal codes
+// are (mag << 4) + ((120 + s - 127) << 7) - the scale is just part of the exponent bias - and the
+// subnormal codes (and zero) come from a per-scale 8-entry table. Both constants are loads from
+// kFp8Consts, so folding the weight scale costs no instruction. NaN codes stay NaN.
+struct Fp8ConstSet {
+  alignas(64) uint16_t subnormal[256][32];
+  uint32_t bias[256];  // the exponent bias word, twice per dword
+};
+constexpr Fp8ConstSet MakeFp8Consts() {
+  Fp8ConstSet set{};
+  for (int scale = 0; scale < 256; ++scale) {
+    const int delta = (scale - 127) << 7;
+    for (int m = 1; m < 8; ++m) set.subnormal[scale][m] = static_cast<uint16_t>((Bf16Bits(static_cast<float>(m) * 0x1p-9f) + delta) & 0xffff);
+    const uint32_t bias = static_cast<uint32_t>((0x3c00 + delta) & 0xffff);
+    set.bias[scale] = bias | bias << 16;
+  }
+  return set;
+}
+constexpr Fp8ConstSet kFp8Consts = MakeFp8Consts();
+
+inline __m512i DecodeE4M3(const uint8_t* p, uint8_t scale) {
+  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
+  __m512i bits = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi32(static_cast<int>(kFp8Consts.bias[scale])));
+  bits = _mm512_mask_permutexvar_epi16(bits, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), mag,
+                                       _mm512_load_si512(kFp8Consts.subnormal[scale]));
+  bits = _mm512_mask_mov_epi16(bits, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f)),
+                               _mm512_set1_epi16(0x7fc0));  // NaN codes
+  // bits | (b << 8 & 0x8000): the sign.
+  return _mm512_ternarylogic_epi32(bits, _mm512_slli_epi16(b, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)), 0xf8);
+}
+
+// e2m1 * 2^(s-127) -> fp32, even and odd pair members directly: the 16 bytes are broadcast to the
+// four 128-bit lanes, a per-lane shift brings nibble 8 * (i % 4) + i / 4 (even) or that + 4 (odd)
+// to the bottom of dword i - the FP4 pair order of linear_simd.h - and vpermps looks it up in
+// kFp4Tables[s], the 16 e2m1 values with the scale already applied (16 KiB; only the few scale
+// bytes a matrix uses stay hot). Measured: 2 shifts + 2 vpermps + 2 FMAs per 32 weights run at
+// ~3.0 cycles, bf16 decode + vdpbf16ps at ~3.5 (vdpbf16ps keeps both vector ports busy ~2 cycles
+// on this Xeon). Bytes 0 and 255 give garbage here; FoldIsExact sends those elements to the oracle.
+struct Fp4TableSet {
+  alignas(64) float t[256][16];
+};
+constexpr Fp4TableSet MakeFp4Tables() {
+  constexpr uint32_t kValues[8] = {0, 0x3f000000u, 0x3f800000u, 0x3fc00000u, 0x40000000u, 0x40400000u, 0x40800000u, 0x40c00000u};
+  Fp4TableSet set{};
+  for (int scale = 0; scale < 256; ++scale) {
+    for (int code = 0; code < 16; ++code) {
+      const uint32_t magnitude = kValues[code & 7];
+      // Adding (s - 127) << 23 to a normal fp32's bits multiplies it by 2^(s-127).
+      const uint32_t scaled = magnitude == 0 ? 0 : magnitude + (static_cast<uint32_t>(scale - 127) << 23);
+      set.t[scale][code] = std::bit_cast<float>(scaled | ((code & 8) ? 0x80000000u : 0));
+    }
+  }
+  return set;
+}
+constexpr Fp4TableSet kFp4Tables = MakeFp4Tables();
+
+struct Fp4Shifts {
+  __m512i even = _mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+  __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(16));
+};
+
+inline void DecodeFp4(const uint8_t* p, uint8_t scale, const Fp4Shifts& shifts, __m512& even, __m512& odd) {
+  const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512 table = _mm512_load_ps(kFp4Tables.t[scale]);
+  even = _mm512_permutexvar_ps(_mm512_srlv_epi32(bytes, shifts.even), table);
+  odd = _mm512_permutexvar_ps(_mm512_srlv_epi32(bytes, shifts.odd), table);
+}
+
+// A tile's rows: row i starts at row0 + i * stride and its per-group ue8m0 bytes (FP4: the row's;
+// FP8: its 32-row block's) at scales0 + i * scales_stride.
+// (A base and a stride rather than 16 pointers: with 32 pointers the loop spilled them and the
+// reloads, vmovq xmm -> gpr, competed with vdpbf16ps for port 0.)
+struct TileRows {
+  const uint8_t* row0;
+  int64_t stride;
+  const uint8_t* scales0;
+  int64_t scales_stride;
+};
+
+template <MatrixFormat F>
+constexpr bool kQuantized = F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kFP4Row32;
+
+constexpr int64_t GroupBytes(MatrixFormat f) {
+  return f == MatrixFormat::kFP4Row32 ? 16 : f == MatrixFormat::kFP8Block32 ? 32 : f == MatrixFormat::kBF16 ? 64 : 128;
+}
+
+// Keeps `p` opaque so that the compiler walks the rows with one register instead of keeping a
+// strength-reduced pointer per row live across the loop.
+template <class T>
+inline void Opaque(T*& p) {
+  __asm__("" : "+r"(p));
+}
+
+// FMA-path decoding of one group of one row: fp32 even / odd members of pair i in lane i.
+template <MatrixFormat F>
+struct FmaDecoder {
+  explicit FmaDecoder(int64_t cols) : k(cols) {}
+  int64_t k;  // dense: valid elements, for the zero-padded last group
+  Fp4Shifts shifts;
+  // `p`: the group's bytes; `ue8m0`: its scale byte (FP8, FP4).
+  void Load(const uint8_t* p, uint8_t ue8m0, int64_t g, __m512& even, __m512& odd) const {
+    if constexpr (F == MatrixFormat::kFP4Row32) {
+      DecodeFp4(p, ue8m0, shifts, even, odd);
+    } else if constexpr (F == MatrixFormat::kFP8Block32) {
+      const __m512i w = DecodeE4M3(p, ue8m0);
+      even = EvenOf(w), odd = OddOf(w);
+    } else if constexpr (F == MatrixFormat::kBF16) {
+      const int64_t left = k - g * kGroup;
+      const __mmask32 m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << left) - 1);
+      const __m512i w = _mm512_maskz_loadu_epi16(m, p);  // unaligned rows are fine
+      even = EvenOf(w), odd = OddOf(w);
+    } else {
+      const int64_t left = k - g * kGroup;
+      const __mmask16 m0 = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 m1 = left >= 32 ? 0xffff : left <= 16 ? 0 : static_cast<__mmask16>((1u << (left - 16)) - 1);
+      even = _mm512_maskz_loadu_ps(m0, p), odd = _mm512_maskz_loadu_ps(m1, p + 64);
+    }
+  }
+};
+
+// ---- streaming tiles (M <= 4) -------------------------------------------------------------------
+
+// FP8: NR weight rows x MR activation rows with vdpbf16ps; x: MR rows of bf16 pairs, stride
+// xstride. Each weight group is decoded and used at once (few live registers, so NR can be 16).
+template <int NR, int MR>
+void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t groups, float (*out)[kMaxTileN]) {
+  __m512 acc[MR][NR];
+  for (auto& row : acc) for (auto& a : row) a = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i xv[MR];
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_load_si512(x + r * xstride + g * 16);
+    const uint8_t* p = t.row0 + g * 32;
+    const uint8_t* sc = t.scales0 + g;
+    for (int n = 0; n < NR; ++n) {
+      const __m512i w = DecodeE4M3(p, *sc);
+      p += t.stride;
+      Opaque(p);
+      sc += t.scales_stride;
+      Opaque(sc);
+      for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)xv[r], (__m512bh)w);
+    }
+  }
+  for (int r = 0; r < MR; ++r) for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
+}
+
+// NR weight rows x MR activation rows with FMAs; x: MR canonical fp32 rows, stride xstride.
+template <MatrixFormat F, int NR, int MR>
+void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_t xstride, int64_t groups,
+             float (*out)[kMaxTileN]) {
+  __m512 acc[MR][NR];
+  for (auto& row : acc) for (auto& a : row) a = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 xe[MR], xo[MR];
+    for (int r = 0; r < MR; ++r) {
+      xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
+    }
+    const uint8_t* p = t.row0 + g * GroupBytes(F);
+    const uint8_t* sc = t.scales0 + g;
+    for (int n = 0; n < NR; ++n) {
+      __m512 we, wo;
+      dec.Load(p, kQuantized<F> ? *sc : 0, g, we, wo);
+      p += t.stride;
+      Opaque(p);
+      if constexpr (kQuantized<F>) {
+        sc += t.scales_stride;
+        Opaque(sc);
+      }
+      for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, _mm512_fmadd_ps(xo[r], wo, acc[r][n]));
+    }
+  }
+  for (int r = 0; r < MR; ++r) for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
+}
+
+constexpr int64_t kChunkGroups = 32;  // GEMM K chunk: 4 panel rows x 32 groups = 16 KiB, stays in L1
+
+// Activation rows per GEMM block: their canonical fp32 rows (xstride floats each) should stay in
+// L2 (~1 MiB) while all of a thread's panels pass over them.
+int64_t MBlock(int64_t groups) {
+  return std::clamp<int64_t>((1 << 20) / (groups * kGroup * 4) / kPanelM * kPanelM, kPanelM, 128);
+}
+
+// Per-thread scratch of the GEMM path (the streaming tiles need none): a decoded K chunk of the
+// panel [kChunkGroups][kPanelN][32] fp32, then the parked accumulators [m_block / 4][16] zmm.
+struct Scratch {
+  static constexpr int64_t kPanelFloats = kChunkGroups * kPanelN * kGroup;
+  static size_t Bytes(int64_t groups, int64_t m) {
+    if (m <= linear_simd::kStreamMaxM) return 0;
+    return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(MBlock(groups) / kPanelM * 16);
+  }
+};
+
+constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
+  return f == MatrixFormat::kFP4Row32 ? cols / 2 : f == MatrixFormat::kFP8Block32 ? cols : f == MatrixFormat::kBF16 ? cols * 2 : cols * 4;
+}
+
+// Weight rows [n_begin, n_end) for all m <= 4 activation rows, in "strided" tiles of kNR rows:
+// tile t takes row t of each of kNR equal slices of the range, so every tile row continues where
+// the previous tile's row ended - kNR long sequential streams, which the hardware prefetchers
+// follow (contiguous tiles of 2.5 KB FP4 rows ran ~25% slower). FP8 slices are multiples of 32
+// rows, so that the rows of a tile walk their blocks' scales with one stride as well.
+template <MatrixFormat F, int MR>
+void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
+  constexpr int kNR = MR == 1 ? 16 : MR == 2 ? 8 : 4;
+  constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
+  const WeightMatrix& w = *job.w;
+  const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = RowBytes(F, w.cols);
+  const bool dp = kFp8 && job.bf16_dot;
+  const FmaDecoder<F> dec{w.cols};
+  float out[MR][kMaxTileN];
+  // Tile of nr rows: first, first + stride_rows, ...
+  auto run_tile = [&](int64_t first, int64_t stride_rows, int nr) {
+    const int64_t scale_row = kFp8 ? first / kQuantBlock : first;
+    const int64_t scale_stride = kFp8 ? stride_rows / kQuantBlock * w.scale_cols() : stride_rows * w.scale_cols();
+    const TileRows t{w.data + first * row_bytes, stride_rows * row_bytes,
+                     kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
+    if constexpr (kFp8) {
+      if (dp) {
+        nr == kNR ? TileDp<kNR, MR>(t, job.xb, groups * 16, groups, out) : TileDp<1, MR>(t, job.xb, groups * 16, groups, out);
+      } else {
+        nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out) : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
+      }
+    } else {
+      nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out) : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
+    }
+    for (int r = 0; r < MR; ++r) {
+      for (int i = 0; i < nr; ++i) job.y[r * w.rows + first + i * stride_rows] = Finish(out[r][i], job.round_to_bf16);
+    }
+  };
+  const int64_t unit = kFp8 ? kQuantBlock : 1;
+  const int64_t slice = (n_end - n_begin) / kNR / unit * unit;
+  for (int64_t t = 0; t < slice; ++t) run_tile(n_begin + t, slice, kNR);
+  for (int64_t n = n_begin + kNR * slice; n < n_end; ++n) run_tile(n, 1, 1);
+}
+
+// ---- panel GEMM (M > 4) --------------------------------------------------------------------
+
+// 4 activation rows x 4 panel rows over groups [0, groups) of a K chunk; the accumulators are
+// carried across chunks in `acc` (zero for the first chunk), so each lane still sees one chain.
+// Meanwhile it prefetches `prefetch_lines` cache lines from `prefetch` (one per group), the next
+// panel's weights, so that small M does not wait for DRAM in the next panel's decode.
+void Micro4x4(const float* panel, const float* x, int64_t xstride, int64_t groups, __m512* acc_io, const char* prefetch,
+              int64_t prefetch_lines) {
+  __m512 acc[4][4];
+  for (int i = 0; i < 16; ++i) acc[i / 4][i % 4] = _mm512_load_ps(reinterpret_cast<const float*>(acc_io + i));
+  for (int64_t g = 0; g < groups; ++g) {
+    if (g < prefetch_lines) _mm_prefetch(prefetch + g * 64, _MM_HINT_T1);
+    const float* p = panel + g * kPanelN * kGroup;
+    __m512 xe[4], xo[4];
+    for (int r = 0; r < 4; ++r) xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
+    for (int n = 0; n < 4; ++n) {
+      const __m512 wo = _mm512_load_ps(p + n * kGroup + 16);
+      for (int r = 0; r < 4; ++r) acc[r][n] = _mm512_fmadd_ps(xo[r], wo, acc[r][n]);
+      const __m512 we = _mm512_load_ps(p + n * kGroup);
+      for (int r = 0; r < 4; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, acc[r][n]);
+    }
+  }
+  for (int i = 0; i < 16; ++i) _mm512_store_ps(reinterpret_cast<float*>(acc_io + i), acc[i / 4][i % 4]);
+}
+
+// Weight rows [n_begin, n_end), m > 4. Per block of activation rows (their canonical rows stay in
+// L2, ~1 MiB) and per 4-row panel, K chunk by K chunk: decode the chunk of the 4 weight rows to fp32
+// [group][row][even | odd] (16 KiB, stays in L1), then let every 4-row activation tile of the block
+// run 4x4 register tiles of FMAs on it, its accumulators parked in `acc` between chunks.
+template <MatrixFormat F>
+void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __m512* acc) {
+  const WeightMatrix& w = *job.w;
+  const int64_t groups = job.groups, xstride = groups * kGroup;
+  const int64_t row_bytes = RowBytes(F, w.cols);
+  const FmaDecoder<F> dec{w.cols};
+  const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
+  const int64_t m_block = MBlock(groups);
+  for (int64_t m0 = 0; m0 < m_pad; m0 += m_block) {
+    const int64_t m1 = std::min(m_pad, m0 + m_block);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelN) {
+      const int nr = static_cast<int>(std::min<int64_t>(kPanelN, n_end - n0));
+      for (int64_t i = 0; i < (m1 - m0) / kPanelM * 16; ++i) acc[i] = _mm512_setzero_ps();
+      // The next panel's rows are contiguous; spread their lines over this panel's Micro4x4 calls.
+      const char* next = reinterpret_cast<const char*>(w.data + std::min(n0 + kPanelN, n_end) * row_bytes);
+      const int64_t next_lines = (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64;
+      const int64_t calls = (groups + kChunkGroups - 1) / kChunkGroups * ((m1 - m0) / kPanelM);
+      const int64_t per_call = (next_lines + calls - 1) / calls;
+      int64_t call = 0;
+      for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+        const int64_t gc = std::min(kChunkGroups, groups - g0);
+        for (int i = 0; i < kPanelN; ++i) {
+          const uint8_t* row = w.data + (n0 + i) * row_bytes;
+          const int64_t scale_row = F == MatrixFormat::kFP8Block32 ? (n0 + i) / kQuantBlock : n0 + i;
+          const uint8_t* ue8m0 = kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr;
+          for (int64_t g = g0; g < g0 + gc; ++g) {
+            __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();  // rows past the end stay zero
+            if (i < nr) dec.Load(row + g * GroupBytes(F), ue8m0 ? ue8m0[g] : 0, g, even, odd);
+            float* p = panel + ((g - g0) * kPanelN + i) * kGroup;
+            _mm512_store_ps(p, even);
+            _mm512_store_ps(p + 16, odd);
+          }
+        }
+        for (int64_t r0 = m0; r0 < m1; r0 += kPanelM, ++call) {
+          const int64_t first_line = std::min(call * per_call, next_lines);
+          Micro4x4(panel, job.xs + r0 * xstride + g0 * kGroup, xstride, gc, acc + (r0 - m0) / kPanelM * 16,
+                   next + first_line * 64, std::min(per_call, next_lines - first_line));
+        }
+      }
+      for (int64_t r = m0; r < std::min(m1, job.m); ++r) {
+        const __m512* a = acc + (r - m0) / kPanelM * 16 + (r - m0) % kPanelM * 4;
+        for (int i = 0; i < nr; ++i) job.y[r * w.rows + n0 + i] = Finish(ReduceLanes(a[i]), job.round_to_bf16);
+      }
+    }
+  }
+}
+
+// ---- the ISA interface used by linear_simd::Driver ---------------------------------------------
+
+template <template <MatrixFormat> class Fn, class... Args>
+auto ByFormat(MatrixFormat f, Args&&... args) {
+  switch (f) {
+    case MatrixFormat::kFP4Row32: return Fn<MatrixFormat::kFP4Row32>::Call(args...);
+    case MatrixFormat::kFP8Block32: return Fn<MatrixFormat::kFP8Block32>::Call(args...);
+    case MatrixFormat::kBF16: return Fn<MatrixFormat::kBF16>::Call(args...);
+    case MatrixFormat::kF32: break;
+  }
+  return Fn<MatrixFormat::kF32>::Call(args...);
+}
+
+template <MatrixFormat F>
+struct StreamFn {
+  static void Call(const Job& job, int64_t b, int64_t e) {
+    switch (job.m) {
+      case 1: return StreamRowsT<F, 1>(job, b, e);
+      case 2: return StreamRowsT<F, 2>(job, b, e);
+      case 3: return StreamRowsT<F, 3>(job, b, e);
+      default: return StreamRowsT<F, 4>(job, b, e);
+    }
+  }
+};
+template <MatrixFormat F>
+struct PanelFn {
+  static void Call(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
+    float* panel = reinterpret_cast<float*>(scratch);
+    PanelRowsT<F>(job, b, e, panel, reinterpret_cast<__m512*>(panel + Scratch::kPanelFloats));
+  }
+};
+template <MatrixFormat F>
+struct PrepQuantFn {
+  static ExpRange Call(const float* x, int64_t k, float* xs, uint32_t* xb) {
+    if constexpr (F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kFP4Row32) return PrepareQuantized<F>(x, k, xs, xb);
+    return {};
+  }
+};
+template <MatrixFormat F>
+struct PrepDenseFn {
+  static int Call(const float* x, int64_t k, float* xs) {
+    if constexpr (F == MatrixFormat::kBF16 || F == MatrixFormat::kF32) PrepareDense<F>(x, k, xs);
+    return 0;
+  }
+};
+
+struct Avx512 {
+  static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t* xb) {
+    return ByFormat<PrepQuantFn>(f, x, k, xs, xb);
+  }
+  static void PrepareDenseRow(const float* x, int64_t k, MatrixFormat f, float* xs) { ByFormat<PrepDenseFn>(f, x, k, xs); }
+  static ExpRange ScaleRange(const uint8_t* s, int64_t count) {
+    __m512i lo = _mm512_set1_epi8(-1), hi = _mm512_setzero_si512();
+    for (int64_t i = 0; i < count; i += 64) {
+      const __mmask64 m = count - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (count - i)) - 1;
+      lo = _mm512_mask_min_epu8(lo, m, lo, _mm512_maskz_loadu_epi8(m, s + i));
+      hi = _mm512_mask_max_epu8(hi, m, hi, _mm512_maskz_loadu_epi8(m, s + i));
+    }
+    const __m256i lo32 = _mm256_min_epu8(_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1));
+    const __m256i hi32 = _mm256_max_epu8(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
+    __m128i l = _mm_min_epu8(_mm256_castsi256_si128(lo32), _mm256_extracti128_si256(lo32, 1));
+    __m128i h = _mm_max_epu8(_mm256_castsi256_si128(hi32), _mm256_extracti128_si256(hi32, 1));
+    l = _mm_min_epu8(l, _mm_srli_si128(l, 8)), h = _mm_max_epu8(h, _mm_srli_si128(h, 8));
+    l = _mm_min_epu8(l, _mm_srli_si128(l, 4)), h = _mm_max_epu8(h, _mm_srli_si128(h, 4));
+    l = _mm_min_epu8(l, _mm_srli_si128(l, 2)), h = _mm_max_epu8(h, _mm_srli_si128(h, 2));
+    l = _mm_min_epu8(l, _mm_srli_si128(l, 1)), h = _mm_max_epu8(h, _mm_srli_si128(h, 1));
+    const int mn = _mm_cvtsi128_si32(l) & 0xff, mx = _mm_cvtsi128_si32(h) & 0xff;
+    return {mn - 127, mx - 127};
+  }
+  static size_t ScratchBytes(int64_t groups, int64_t m) { return Scratch::Bytes(groups, m); }
+  static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char*) { ByFormat<StreamFn>(job.w->format, job, b, e); }
+  static void PanelRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
+    ByFormat<PanelFn>(job.w->format, job, b, e, scratch);
+  }
+};
+
+}  // namespace
+
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                           bool bf16_dot) {
+  linear_simd::Driver<Avx512>::Quantized(w, x, m, y, pool, bf16_dot);
+}
+
+void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                       ThreadPool& pool) {
+  linear_simd::Driver<Avx512>::Dense(w, x, m, y, round_to_bf16, pool);
+}
+
+}  // namespace deepinfer

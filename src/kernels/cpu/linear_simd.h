@@ -1,0 +1,315 @@
+// SIMD fast paths of QuantizedLinear and DenseLinear (AVX2+FMA+F16C, AVX-512 with FMA or with
+// AVX512-BF16 `vdpbf16ps`), and the numeric contract they all share.
+//
+// One canonical operation sequence per output element
+// ----------------------------------------------------
+// Every SIMD path computes each y[r, n] with the same floating-point operations in the same order,
+// so the bits do not depend on M, on which rows share the call, on the thread count, on the loop
+// structure (GEMV streaming vs GEMM panels) or even on the ISA level:
+//   1. K is walked in groups of 32 in K order (the last dense group is zero-padded). Inside a
+//      group the 32 elements form 16 pairs; pair i is (k_even(i), k_odd(i)), a per-format order
+//      chosen so that decoding needs no shuffles (PairK below).
+//   2. Lane i of a 16-lane fp32 accumulator does, for each group in turn,
+//          acc_i = fl(acc_i + x[k_odd] * w[k_odd]);  acc_i = fl(acc_i + x[k_even] * w[k_even]).
+//      For the quantized formats every product is exact in fp32 (<= 8 significant bits), so this
+//      is both two FMAs and exactly one `vdpbf16ps` on (even, odd) bf16 pairs: measured on this
+//      Xeon, vdpbf16ps adds the odd product first and rounds after each add (see the test).
+//      Dense weights use FMAs only (fp32 activations make the products inexact).
+//   3. The 16 lanes are summed as a fixed tree: (i, i+8), then (i, i+4), (i, i+2), (i, i+1).
+//   4. Output: NaN becomes the canonical quiet NaN; quantized (and round_to_bf16) outputs are
+//      rounded to bf16 with round-to-nearest-even.
+//
+// FP8/FP4: scales folded into the operands
+// ----------------------------------------
+// The activation is act-quantized exactly as the scalar oracle does (bit-identical e4m3 codes and
+// power-of-two scales sa per 32), and the operands become x' = code * sa and w' = code * sw (the
+// weight scale goes into the decode: an exponent bias for FP8, a pre-scaled lookup table for
+// FP4). Multiplying by a power of two is exact, so each product equals code_x * code_w * sa * sw
+// exactly; what differs from the oracle is only the summation order (one running sum over K in
+// 16 lanes instead of per-32 partials scaled and added in K order), so outputs match it to fp32
+// rounding before the bf16 rounding (see tests/kernels/linear_simd_test.cc for the measured
+// differences). FoldIsExact() gives the exponent ranges under which this holds and no fp32
+// subnormal can occur (vdpbf16ps flushes subnormals, FMA does not); elements outside them (scale
+// bytes 0 or 255, absurd activations) are recomputed with an exact replica of the scalar oracle,
+// which depends only on that element's inputs.
+//
+// Why the driver below is a template: the ISA translation units are compiled with -mavx2 /
+// -mavx512*; any inline function with external linkage they emit could be picked by the linker
+// for the whole program and crash an older CPU. Everything shared here is therefore a template
+// instantiated with a TU-local ISA type (internal linkage), and the ISA files call no other
+// inline function with external linkage that is not inlined (`nm` on their objects lists no weak
+// symbols).
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <span>
+
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/weight_matrix.h"
+
+namespace deepinfer {
+
+// Entry points; callers check the CPU first (ComputeContext::isa comes from ChooseIsa). With
+// `bf16_dot` the AVX-512 GEMV tiles of FP8 weights use vdpbf16ps (needs AVX512-BF16); the bits are
+// the same either way.
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                           bool bf16_dot);
+void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                       ThreadPool& pool);
+void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool);
+void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                     ThreadPool& pool);
+
+namespace linear_simd {
+
+inline constexpr int64_t kGroup = 32;       // K elements per canonical group (16 pairs)
+inline constexpr int64_t kStreamMaxM = 4;   // up to this many rows: weights streamed once (GEMV tiles)
+inline constexpr int64_t kPanelN = 4;       // GEMM: weight rows per decoded panel
+inline constexpr int64_t kPanelM = 4;       // GEMM: activation rows per register tile
+inline constexpr int64_t kMaxK = 1 << 20;   // FoldIsExact's overflow bound assumes K <= 2^20
+
+// Position inside its group of the even / odd member of pair i (0..15).
+//   FP8, BF16 : (2i, 2i+1)                      - bytes/words in memory order
+//   F32       : (i, 16+i)                       - the two halves of the group
+//   FP4       : (8(i%4) + i/4, 8(i%4) + 4 + i/4) - what a 16-byte broadcast to every 128-bit lane
+//               plus a per-lane shift puts at the bottom of dword i, so each half of the pairs is
+//               one shift + one 16-entry table lookup
+constexpr int PairK(MatrixFormat format, int pair, bool odd) {
+  switch (format) {
+    case MatrixFormat::kFP4Row32: return 8 * (pair % 4) + pair / 4 + (odd ? 4 : 0);
+    case MatrixFormat::kF32: return pair + (odd ? 16 : 0);
+    default: return 2 * pair + (odd ? 1 : 0);
+  }
+}
+
+// Unbiased exponent range of a set of power-of-two scales.
+struct ExpRange {
+  int lo = 0;
+  int hi = 0;
+};
+
+// Everything a kernel needs; read-only while the threads run.
+struct Job {
+  const WeightMatrix* w = nullptr;
+  int64_t m = 0;               // activation rows
+  int64_t groups = 0;          // ceil(K / 32)
+  const float* xs = nullptr;   // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
+  const uint32_t* xb = nullptr;  // vdpbf16ps tiles: [m][groups][16] bf16 pairs (odd << 16 | even)
+  bool bf16_dot = false;
+  bool round_to_bf16 = false;
+  float* y = nullptr;          // [m][w->rows]
+};
+
+// Rounds (or not) a finished sum the same way on every path; NaN is made canonical so that the
+// bits agree even where FMA and vdpbf16ps would propagate different NaN payloads.
+template <class Isa>
+float Finish(float sum, bool round_to_bf16) {
+  uint32_t u = std::bit_cast<uint32_t>(sum);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::bit_cast<float>(0x7fc00000u);
+  if (round_to_bf16) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return std::bit_cast<float>(u);
+}
+
+// Exponent ranges (a: activation scales of row r, b: weight scales touching row n) under which
+// the folded operands are exact, every product and partial sum is 0 or a normal fp32, and no
+// overflow is possible for K <= 2^20. Derivation: e4m3 codes are multiples of 2^-9 up to 448,
+// e2m1 codes multiples of 2^-1 up to 6; all products are multiples of
+// 2^(-18 + min(a+b)) (FP8) or 2^(-10 + min(a+b)) (FP4), and so is every rounded sum of them.
+template <class Isa>
+bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
+  if (a.lo < -117 || a.hi > 118) return false;  // x' = code * sa must be a normal fp32/bf16
+  if (format == MatrixFormat::kFP8Block32) {
+    return b.lo >= -117 && b.hi <= 118 && a.lo + b.lo >= -108 && a.hi + b.hi <= 90;
+  }
+  return b.lo >= -125 && b.hi <= 125 && a.lo + b.lo >= -116 && a.hi + b.hi <= 90;
+}
+
+// Drives one call: prepares the activations, partitions the weight rows statically over the
+// pool and falls back to the oracle replica where FoldIsExact fails. Isa provides:
+//   ExpRange PrepareQuantizedRow(x, k, format, xs_row, xb_row_or_null)   (activation scales)
+//   void PrepareDenseRow(x, k, format, xs_row)
+//   ExpRange ScaleRange(ue8m0 bytes, count)
+//   size_t ScratchBytes(groups, m)
+//   void StreamRows(job, n_begin, n_end, scratch)   m <= kStreamMaxM: weights read once
+//   void PanelRows(job, n_begin, n_end, scratch)    GEMM: decoded panels reused over M
+template <class Isa>
+class Driver {
+ public:
+  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                        bool bf16_dot) {
+    if (m == 0 || w.rows == 0) return;
+    const int64_t groups = w.cols / kGroup;
+    // The vdpbf16ps tiles (FP8 GEMV) read bf16 pairs.
+    const bool pairs = bf16_dot && m <= kStreamMaxM && w.format == MatrixFormat::kFP8Block32;
+    Array<float> xs = Activations(m, groups);
+    Array<uint32_t> xb(pairs ? m * groups * (kGroup / 2) : 0);
+    Array<ExpRange> act(m);
+    ForRows(pool, m, groups, [&](int64_t r) {
+      act[r] = Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup,
+                                        pairs ? xb.data() + r * groups * (kGroup / 2) : nullptr);
+    });
+    ExpRange all = act[0];
+    for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
+    const Job job{&w, m, groups, xs.data(), xb.data(), bf16_dot, true, y};
+    pool.ParallelFor(static_cast<size_t>(w.rows), [&](size_t begin, size_t end) {
+      Array<unsigned char> scratch(Isa::ScratchBytes(groups, m));
+      Run(job, begin, end, scratch.data());
+      RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
+    });
+  }
+
+  static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                    ThreadPool& pool) {
+    if (m == 0 || w.rows == 0) return;
+    const int64_t groups = (w.cols + kGroup - 1) / kGroup;
+    Array<float> xs = Activations(m, groups);
+    ForRows(pool, m, groups, [&](int64_t r) {
+      Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
+    });
+    const Job job{&w, m, groups, xs.data(), nullptr, false, round_to_bf16, y};
+    pool.ParallelFor(static_cast<size_t>(w.rows), [&](size_t begin, size_t end) {
+      Array<unsigned char> scratch(Isa::ScratchBytes(groups, m));
+      Run(job, begin, end, scratch.data());
+    });
+  }
+
+ private:
+  // 64-byte aligned, uninitialised array; one allocation per call or per thread.
+  template <class T>
+  class Array {
+   public:
+    explicit Array(int64_t count) : count_(count) {
+      if (count_ > 0) data_ = static_cast<T*>(::operator new(sizeof(T) * count_, std::align_val_t{64}));
+    }
+    Array(Array&& other) noexcept : count_(other.count_), data_(other.data_) { other.data_ = nullptr; }
+    ~Array() {
+      if (data_ != nullptr) ::operator delete(data_, std::align_val_t{64});
+    }
+    Array(const Array&) = delete;
+    Array& operator=(const Array&) = delete;
+    T* data() const { return data_; }
+    T& operator[](int64_t i) const { return data_[i]; }
+
+   private:
+    int64_t count_;
+    T* data_ = nullptr;
+  };
+
+  static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+  // Canonical activation rows; for the GEMM path m is rounded up to its tile with zero rows.
+  static Array<float> Activations(int64_t m, int64_t groups) {
+    const int64_t rows = m > kStreamMaxM ? RoundUp(m, kPanelM) : m;
+    Array<float> xs(rows * groups * kGroup);
+    std::memset(xs.data() + m * groups * kGroup, 0, sizeof(float) * (rows - m) * groups * kGroup);
+    return xs;
+  }
+
+  static void Run(const Job& job, size_t begin, size_t end, unsigned char* scratch) {
+    if (job.m <= kStreamMaxM) {
+      Isa::StreamRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
+    } else {
+      Isa::PanelRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
+    }
+  }
+
+  // Activation preparation: rows in parallel once there are enough of them to pay for a wake-up.
+  template <class Body>
+  static void ForRows(ThreadPool& pool, int64_t m, int64_t groups, const Body& body) {
+    if (m * groups < 4096) {
+      for (int64_t r = 0; r < m; ++r) body(r);
+      return;
+    }
+    pool.ParallelFor(static_cast<size_t>(m), [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) body(static_cast<int64_t>(r));
+    });
+  }
+
+  // Weight rows [begin, end): elements whose scales make folding inexact get the oracle's bits.
+  // One pass over the rows' (contiguous) scale bytes settles the usual case.
+  static void RecomputeInexact(const WeightMatrix& w, const float* x, int64_t m, float* y, const ExpRange* act,
+                               ExpRange all, size_t begin, size_t end) {
+    const int64_t blocks = w.scale_cols();
+    const bool fp8 = w.format == MatrixFormat::kFP8Block32;
+    const int64_t first = fp8 ? static_cast<int64_t>(begin) / kQuantBlock : static_cast<int64_t>(begin);
+    const int64_t last = fp8 ? (static_cast<int64_t>(end) - 1) / kQuantBlock : static_cast<int64_t>(end) - 1;
+    if (FoldIsExact<Isa>(w.format, all, Isa::ScaleRange(w.scales + first * blocks, (last - first + 1) * blocks))) return;
+    Oracle oracle(w);
+    for (int64_t n = static_cast<int64_t>(begin); n < static_cast<int64_t>(end);) {
+      const int64_t stop = fp8 ? std::min<int64_t>(static_cast<int64_t>(end), (n / kQuantBlock + 1) * kQuantBlock) : n + 1;
+      const uint8_t* scales = w.scales + (fp8 ? n / kQuantBlock : n) * blocks;
+      const ExpRange b = Isa::ScaleRange(scales, blocks);
+      if (!FoldIsExact<Isa>(w.format, all, b)) {
+        for (int64_t r = 0; r < m; ++r) {
+          if (FoldIsExact<Isa>(w.format, act[r], b)) continue;
+          for (int64_t row = n; row < stop; ++row) y[r * w.rows + row] = oracle.Element(x + r * w.cols, row);
+        }
+      }
+      n = stop;
+    }
+  }
+
+  // A replica of the scalar QuantizedLinear loop for one element (same operations, same order).
+  class Oracle {
+   public:
+    explicit Oracle(const WeightMatrix& w) : w_(w), blocks_(w.cols / kQuantBlock) {}
+    float Element(const float* x_row, int64_t n) {
+      if (x_codes_.data() == nullptr) Allocate();
+      if (x_row != cached_row_) {
+        QuantizeFP8PowerOfTwo({x_row, static_cast<size_t>(w_.cols)}, kQuantBlock, {codes_.data(), static_cast<size_t>(w_.cols)},
+                              {x_scales_.data(), static_cast<size_t>(blocks_)});
+        for (int64_t c = 0; c < w_.cols; ++c) x_codes_[c] = E4M3ToFloat(codes_[c]);
+        cached_row_ = x_row;
+      }
+      w_.UnscaledRow(n, w_row_.data());
+      float acc = 0.0f;
+      for (int64_t kb = 0; kb < blocks_; ++kb) {
+        float partial = 0.0f;
+        for (int64_t k = kb * kQuantBlock; k < (kb + 1) * kQuantBlock; ++k) partial += x_codes_[k] * w_row_[k];
+        acc += partial * x_scales_[kb] * w_.BlockScale(n, kb);
+      }
+      return BF16ToFloat(FloatToBF16(acc));
+    }
+
+   private:
+    void Allocate() {
+      x_codes_ = ArrayOwner<float>(w_.cols);
+      w_row_ = ArrayOwner<float>(w_.cols);
+      x_scales_ = ArrayOwner<float>(blocks_);
+      codes_ = ArrayOwner<uint8_t>(w_.cols);
+    }
+    // Movable holder for the lazily allocated buffers (only pathological scales need them).
+    template <class T>
+    class ArrayOwner {
+     public:
+      ArrayOwner() = default;
+      explicit ArrayOwner(int64_t count) : data_(new T[count]()) {}
+      ArrayOwner(ArrayOwner&& other) noexcept : data_(other.data_) { other.data_ = nullptr; }
+      ArrayOwner& operator=(ArrayOwner&& other) noexcept {
+        std::swap(data_, other.data_);
+        return *this;
+      }
+      ~ArrayOwner() { delete[] data_; }
+      T* data() const { return data_; }
+      T& operator[](int64_t i) const { return data_[i]; }
+
+     private:
+      T* data_ = nullptr;
+    };
+
+    const WeightMatrix& w_;
+    int64_t blocks_;
+    const float* cached_row_ = nullptr;
+    ArrayOwner<float> x_codes_, w_row_, x_scales_;
+    ArrayOwner<uint8_t> codes_;
+  };
+};
+
+}  // namespace linear_simd
+}  // namespace deepinfer

@@ -1,0 +1,408 @@
+// The SIMD paths of QuantizedLinear / DenseLinear (linear_simd.h) against the scalar oracle, on
+// every SIMD target this CPU runs (AVX2, AVX-512 with FMA, AVX-512 with vdpbf16ps):
+//   * accuracy on random and odd shapes, with the tolerances stated below;
+//   * batch invariance, bitwise: a row's outputs do not depend on M, on the other rows of the
+//     call (GEMV streaming tiles vs GEMM panels), on the thread count - nor on the ISA level;
+//   * the vdpbf16ps semantics the shared contract relies on;
+//   * scales outside the exact-folding range fall back to the oracle's exact bits.
+#include <gtest/gtest.h>
+
+// GCC 12 bug 105593: the intrinsic headers trip -Wuninitialized once inlined at -O3.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_simd.h"
+#include "kernels/cpu/weight_matrix.h"
+
+namespace deepinfer {
+namespace {
+
+uint32_t Bits(float v) { return std::bit_cast<uint32_t>(v); }
+
+// ---- the SIMD targets available here ---------------------------------------------------------
+
+struct Target {
+  std::string name;
+  IsaLevel isa;
+  bool bf16_dot;
+};
+
+std::vector<Target> Targets() {
+  std::vector<Target> targets;
+  const IsaLevel best = DetectIsa();
+  if (best >= IsaLevel::kAvx2) targets.push_back({"avx2", IsaLevel::kAvx2, false});
+  if (best >= IsaLevel::kAvx512) targets.push_back({"avx512-fma", IsaLevel::kAvx512, false});
+  if (best >= IsaLevel::kAvx512 && CpuHasAvx512Bf16()) targets.push_back({"avx512-bf16", IsaLevel::kAvx512, true});
+  return targets;
+}
+
+#define SKIP_WITHOUT_SIMD()                                           \
+  if (Targets().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+
+std::vector<float> RunQuantized(const Target& t, const WeightMatrix& w, const float* x, int64_t m, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> y(m * w.rows, std::nanf(""));
+  if (t.isa == IsaLevel::kAvx512) {
+    QuantizedLinearAvx512(w, x, m, y.data(), pool, t.bf16_dot);
+  } else {
+    QuantizedLinearAvx2(w, x, m, y.data(), pool);
+  }
+  return y;
+}
+
+std::vector<float> RunDense(const Target& t, const WeightMatrix& w, const float* x, int64_t m, bool round, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> y(m * w.rows, std::nanf(""));
+  if (t.isa == IsaLevel::kAvx512) {
+    DenseLinearAvx512(w, x, m, y.data(), round, pool);
+  } else {
+    DenseLinearAvx2(w, x, m, y.data(), round, pool);
+  }
+  return y;
+}
+
+std::vector<float> RunScalar(const WeightMatrix& w, const float* x, int64_t m, bool dense, bool round) {
+  ThreadPool pool(2);
+  std::vector<float> y(m * w.rows, std::nanf(""));
+  const ComputeContext ctx{pool, IsaLevel::kScalar};
+  if (dense) {
+    DenseLinear(w, x, m, y.data(), round, ctx);
+  } else {
+    QuantizedLinear(w, x, m, y.data(), ctx);
+  }
+  return y;
+}
+
+// ---- random operands -----------------------------------------------------------------------------
+
+struct TestMatrix {
+  std::vector<uint8_t> data, scales;
+  WeightMatrix w;
+};
+
+// Scale bytes uniform in [scale_lo, scale_hi] (127 = 2^0); e4m3 NaN codes are avoided.
+// `offset` > 0 starts the rows that many bytes into the buffer (unaligned loads).
+TestMatrix MakeQuantized(MatrixFormat format, int64_t n, int64_t k, std::mt19937_64& rng, int scale_lo = 118,
+                         int scale_hi = 130, int64_t offset = 0) {
+  TestMatrix t;
+  const bool fp8 = format == MatrixFormat::kFP8Block32;
+  t.data.resize((fp8 ? n * k : n * k / 2) + offset);
+  for (uint8_t& b : t.data) {
+    b = static_cast<uint8_t>(rng());
+    if (fp8 && (b & 0x7f) == 0x7f) b ^= 0x01;
+  }
+  const int64_t scale_rows = fp8 ? (n + kQuantBlock - 1) / kQuantBlock : n;
+  t.scales.resize(scale_rows * (k / kQuantBlock));
+  std::uniform_int_distribution<int> scale(scale_lo, scale_hi);
+  for (uint8_t& s : t.scales) s = static_cast<uint8_t>(scale(rng));
+  t.w = WeightMatrix{format, n, k, t.data.data() + offset, t.scales.data()};
+  return t;
+}
+
+// bf16 rows start at an odd address (checkpoint tensors need not be aligned).
+TestMatrix MakeDense(MatrixFormat format, int64_t n, int64_t k, std::mt19937_64& rng) {
+  TestMatrix t;
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const bool bf16 = format == MatrixFormat::kBF16;
+  t.data.resize(n * k * (bf16 ? 2 : 4) + 1);
+  uint8_t* base = t.data.data() + (bf16 ? 1 : 0);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const float v = normal(rng);
+    if (bf16) {
+      const bf16_t b = FloatToBF16(v);
+      std::memcpy(base + 2 * i, &b, 2);
+    } else {
+      std::memcpy(base + 4 * i, &v, 4);
+    }
+  }
+  t.w = WeightMatrix{format, n, k, base, nullptr};
+  return t;
+}
+
+// bf16-exact activations, N(0, 1) times a per-32 magnitude 2^[-6, 6] so act scales vary per block.
+std::vector<float> MakeActivations(int64_t m, int64_t k, std::mt19937_64& rng) {
+  std::vector<float> x(m * k);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  for (int64_t i = 0; i < m * k; i += kQuantBlock) {
+    const float magnitude = std::ldexp(1.0f, exponent(rng));
+    for (int64_t j = i; j < std::min(i + kQuantBlock, m * k); ++j) x[j] = RoundToBF16(normal(rng) * magnitude);
+  }
+  return x;
+}
+
+// ---- tolerances ---------------------------------------------------------------------------------
+//
+// Quantized (bf16 outputs): the SIMD paths compute the same exact products as the oracle but add
+// them in a different order (one running sum over K in 16 lanes instead of per-32 partials scaled
+// and added in K order), so the fp32 sums differ by a few fp32 ulps of the largest partial sums and
+// the bf16 outputs agree except where the fp32 value sits next to a bf16 rounding boundary. We
+// assert: every element within 1 bf16 ulp of the oracle, unless the element is the result of heavy
+// cancellation (|y| < 2^-8 of the row's max |y|), where the bound is 2^-16 of the row's max |y|;
+// and at most 0.5% of the elements differ at all.
+// Dense, fp32 outputs: |ours - oracle| <= 1e-5 * max_row |y| (FMA chains in 16 lanes + a tree vs one
+// sequential non-fused sum); with round_to_bf16 the quantized rule applies.
+
+constexpr double kMaxDifferingFraction = 0.005;
+
+int Bf16UlpDistance(float a, float b) {
+  auto key = [](float v) {
+    const int bits = static_cast<int>(Bits(v) >> 16);
+    return (bits & 0x8000) ? -(bits & 0x7fff) : bits;
+  };
+  return std::abs(key(a) - key(b));
+}
+
+struct Stats {
+  int64_t total = 0, differing = 0;
+  int worst_ulp = 0;                   // elements not produced by heavy cancellation
+  double worst_cancelled_rel = 0;      // |diff| / row max, elements with |y| < 2^-8 row max
+};
+
+void CompareBf16(const std::vector<float>& ours, const std::vector<float>& oracle, int64_t m, int64_t n, Stats& stats,
+                 const std::string& what) {
+  int failures = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    float row_max = 0;
+    for (int64_t c = 0; c < n; ++c) row_max = std::max(row_max, std::fabs(oracle[r * n + c]));
+    for (int64_t c = 0; c < n; ++c) {
+      const float a = ours[r * n + c], e = oracle[r * n + c];
+      ++stats.total;
+      ASSERT_EQ(Bits(a) & 0xffffu, 0u) << what << ": not bf16-rounded";
+      if (Bits(a) == Bits(e) || (a == 0 && e == 0)) continue;
+      ++stats.differing;
+      const int ulp = Bf16UlpDistance(a, e);
+      const double rel = std::fabs(static_cast<double>(a) - e) / std::max(row_max, 1e-30f);
+      const bool cancelled = std::fabs(e) < row_max * 0x1p-8f;
+      if (cancelled) {
+        stats.worst_cancelled_rel = std::max(stats.worst_cancelled_rel, rel);
+      } else {
+        stats.worst_ulp = std::max(stats.worst_ulp, ulp);
+      }
+      const bool ok = ulp <= 1 || (cancelled && rel <= 0x1p-16);
+      if (!ok && ++failures <= 5) {
+        ADD_FAILURE() << what << " (" << r << ", " << c << "): ours " << a << ", oracle " << e << " (" << ulp
+                      << " bf16 ulp, " << rel << " of the row max)";
+      }
+    }
+  }
+}
+
+// ---- accuracy ----------------------------------------------------------------------------------
+
+struct Shape {
+  MatrixFormat format;
+  int64_t n, k;
+};
+
+TEST(LinearSimd, QuantizedMatchesScalarOracleOnOddShapes) {
+  SKIP_WITHOUT_SIMD();
+  // N not a multiple of 16/32 (the last FP8 row block is partial); K multiples of 32, including
+  // the V4.1 expert sizes for FP4.
+  const std::vector<Shape> shapes = {
+      {MatrixFormat::kFP8Block32, 1, 32},     {MatrixFormat::kFP8Block32, 45, 96},
+      {MatrixFormat::kFP8Block32, 77, 1280},  {MatrixFormat::kFP8Block32, 100, 544},
+      {MatrixFormat::kFP4Row32, 1, 64},       {MatrixFormat::kFP4Row32, 37, 2304},
+      {MatrixFormat::kFP4Row32, 19, 5120},    {MatrixFormat::kFP4Row32, 70, 288},
+  };
+  const std::vector<int64_t> ms = {1, 2, 3, 7, 16, 33};
+  std::mt19937_64 rng(7);
+  for (const Target& t : Targets()) {
+    Stats stats;
+    int64_t offset = 0;
+    for (const Shape& s : shapes) {
+      const TestMatrix w = MakeQuantized(s.format, s.n, s.k, rng, 118, 130, offset++ % 3 * 7);
+      for (int64_t m : ms) {
+        const std::vector<float> x = MakeActivations(m, s.k, rng);
+        const std::string what = t.name + " " + (s.format == MatrixFormat::kFP4Row32 ? "fp4" : "fp8") + " M=" +
+                                 std::to_string(m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k);
+        CompareBf16(RunQuantized(t, w.w, x.data(), m, 2), RunScalar(w.w, x.data(), m, false, true), m, s.n, stats, what);
+      }
+    }
+    // One prefill-sized call (the GEMM panel path with several activation blocks).
+    for (MatrixFormat f : {MatrixFormat::kFP8Block32, MatrixFormat::kFP4Row32}) {
+      const TestMatrix w = MakeQuantized(f, 41, 1024, rng);
+      const std::vector<float> x = MakeActivations(512, 1024, rng);
+      CompareBf16(RunQuantized(t, w.w, x.data(), 512, 2), RunScalar(w.w, x.data(), 512, false, true), 512, 41, stats,
+                  t.name + " M=512");
+    }
+    std::cout << "[ simd     ] " << t.name << " quantized: " << stats.differing << " of " << stats.total
+              << " elements differ from the oracle; worst " << stats.worst_ulp << " bf16 ulp (|y| >= 2^-8 row max), worst "
+              << stats.worst_cancelled_rel << " of the row max where |y| < 2^-8 row max\n";
+    EXPECT_LE(static_cast<double>(stats.differing), kMaxDifferingFraction * static_cast<double>(stats.total)) << t.name;
+  }
+}
+
+TEST(LinearSimd, DenseMatchesScalarOracle) {
+  SKIP_WITHOUT_SIMD();
+  const std::vector<Shape> shapes = {{MatrixFormat::kBF16, 33, 5},    {MatrixFormat::kBF16, 50, 100},
+                                     {MatrixFormat::kBF16, 17, 4113}, {MatrixFormat::kF32, 21, 31},
+                                     {MatrixFormat::kF32, 40, 1000},  {MatrixFormat::kF32, 9, 4096}};
+  std::mt19937_64 rng(11);
+  for (const Target& t : Targets()) {
+    double worst = 0;
+    Stats rounded;
+    for (const Shape& s : shapes) {
+      const TestMatrix w = MakeDense(s.format, s.n, s.k, rng);
+      for (int64_t m : {1, 3, 4, 5, 16, 35}) {
+        std::vector<float> x(m * s.k);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (float& v : x) v = normal(rng);  // fp32, not bf16-exact
+        const std::vector<float> ours = RunDense(t, w.w, x.data(), m, false, 2);
+        const std::vector<float> oracle = RunScalar(w.w, x.data(), m, true, false);
+        for (int64_t r = 0; r < m; ++r) {
+          float row_max = 0;
+          for (int64_t c = 0; c < s.n; ++c) row_max = std::max(row_max, std::fabs(oracle[r * s.n + c]));
+          for (int64_t c = 0; c < s.n; ++c) {
+            const double err = std::fabs(static_cast<double>(ours[r * s.n + c]) - oracle[r * s.n + c]) / row_max;
+            worst = std::max(worst, err);
+            ASSERT_LE(err, 1e-5) << t.name << " K=" << s.k << " (" << r << ", " << c << ")";
+          }
+        }
+        CompareBf16(RunDense(t, w.w, x.data(), m, true, 1), RunScalar(w.w, x.data(), m, true, true), m, s.n, rounded,
+                    t.name + " dense rounded K=" + std::to_string(s.k));
+      }
+    }
+    std::cout << "[ simd     ] " << t.name << " dense: worst |diff| " << worst << " of the row max (fp32); rounded: "
+              << rounded.differing << " of " << rounded.total << " differ, worst " << rounded.worst_ulp << " ulp\n";
+    EXPECT_LE(static_cast<double>(rounded.differing), kMaxDifferingFraction * static_cast<double>(rounded.total));
+  }
+}
+
+// ---- batch invariance ----------------------------------------------------------------------------
+
+void ExpectRowsEqual(const std::vector<float>& a, int64_t ra, const std::vector<float>& b, int64_t rb, int64_t n,
+                     const std::string& what) {
+  ASSERT_EQ(0, std::memcmp(a.data() + ra * n, b.data() + rb * n, n * sizeof(float))) << what;
+}
+
+// Row r of a 37-row call (GEMM panels) equals the row alone (GEMV streaming tile), in a 3-row
+// call (another streaming tile), in a 6-row call at another position (other panels), with 1 or 3
+// threads, and on every SIMD target.
+void CheckInvariance(const WeightMatrix& w, const std::vector<float>& x, int64_t m, bool dense,
+                     const std::string& what) {
+  const int64_t k = w.cols, n = w.rows;
+  std::vector<float> reference;
+  for (const Target& t : Targets()) {
+    auto run = [&](const float* xr, int64_t rows, int threads) {
+      return dense ? RunDense(t, w, xr, rows, false, threads) : RunQuantized(t, w, xr, rows, threads);
+    };
+    const std::vector<float> all = run(x.data(), m, 2);
+    if (reference.empty()) reference = all;
+    ASSERT_EQ(0, std::memcmp(all.data(), reference.data(), all.size() * sizeof(float))) << what << " " << t.name
+                                                                                         << " vs " << Targets()[0].name;
+    ASSERT_EQ(0, std::memcmp(all.data(), run(x.data(), m, 3).data(), all.size() * sizeof(float))) << what << " 3 threads";
+    for (int64_t r : {int64_t{0}, int64_t{5}, m - 1}) {
+      ExpectRowsEqual(run(x.data() + r * k, 1, 1), 0, all, r, n, what + " alone " + t.name);
+      ExpectRowsEqual(run(x.data() + r * k, 1, 3), 0, all, r, n, what + " alone, 3 threads " + t.name);
+      if (r >= 2) ExpectRowsEqual(run(x.data() + (r - 2) * k, 3, 1), 2, all, r, n, what + " in 3 " + t.name);
+      if (r + 6 <= m) ExpectRowsEqual(run(x.data() + r * k, 6, 2), 0, all, r, n, what + " first of 6 " + t.name);
+    }
+  }
+}
+
+TEST(LinearSimd, BatchAndThreadInvariantBitwiseAcrossPathsAndTargets) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(3);
+  for (const Shape& s : std::vector<Shape>{{MatrixFormat::kFP8Block32, 70, 640}, {MatrixFormat::kFP4Row32, 45, 2304}}) {
+    // Wide weight scales (2^-67 .. 2^63) make most sums inexact, so any order change would show.
+    const TestMatrix w = MakeQuantized(s.format, s.n, s.k, rng, 60, 190);
+    CheckInvariance(w.w, MakeActivations(37, s.k, rng), 37, false, s.format == MatrixFormat::kFP4Row32 ? "fp4" : "fp8");
+  }
+  for (const Shape& s : std::vector<Shape>{{MatrixFormat::kBF16, 29, 1000}, {MatrixFormat::kF32, 23, 333}}) {
+    const TestMatrix w = MakeDense(s.format, s.n, s.k, rng);
+    std::vector<float> x(37 * s.k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : x) v = normal(rng);
+    CheckInvariance(w.w, x, 37, true, s.format == MatrixFormat::kBF16 ? "bf16" : "f32");
+  }
+}
+
+// The dispatch: QuantizedLinear / DenseLinear / Linear with ctx.isa reach the SIMD paths.
+TEST(LinearSimd, DispatchFromComputeContext) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(5);
+  const TestMatrix w = MakeQuantized(MatrixFormat::kFP4Row32, 20, 256, rng);
+  const std::vector<float> x = MakeActivations(2, 256, rng);
+  const Target t = Targets().back();
+  ThreadPool pool(2);
+  std::vector<float> y(2 * 20);
+  Linear(w.w, x.data(), 2, y.data(), ComputeContext{pool, t.isa});
+  const std::vector<float> direct = RunQuantized(t, w.w, x.data(), 2, 1);
+  EXPECT_EQ(0, std::memcmp(y.data(), direct.data(), y.size() * sizeof(float)));
+}
+
+// ---- the instruction semantics the contract relies on -----------------------------------------
+
+// vdpbf16ps lane i: fl(fl(acc + a[2i+1] * b[2i+1]) + a[2i] * b[2i]) (odd product first, two
+// roundings), i.e. exactly two FMAs when the products are exact.
+__attribute__((target("avx512f,avx512bf16"))) float Dpbf16Lane0(float acc, float even_a, float odd_a) {
+  const uint32_t pair = (Bits(odd_a) & 0xffff0000u) | (Bits(even_a) >> 16);
+  const uint32_t one = 0x3f803f80u;  // bf16 1.0 in both halves
+  const __m512 r = _mm512_dpbf16_ps(_mm512_set1_ps(acc), (__m512bh)_mm512_set1_epi32(static_cast<int>(pair)),
+                                    (__m512bh)_mm512_set1_epi32(static_cast<int>(one)));
+  return _mm512_cvtss_f32(r);
+}
+
+TEST(LinearSimd, Vdpbf16psAddsTheOddProductFirstWithTwoRoundings) {
+  if (DetectIsa() < IsaLevel::kAvx512 || !CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  const float tiny = 0x1p-24f;
+  // Fused would give 1 + 2^-23; sequential rounding loses both halves of an ulp.
+  EXPECT_EQ(Dpbf16Lane0(1.0f, tiny, tiny), 1.0f);
+  // Odd first: (1 + -1) + 3*2^-24 = 3*2^-24; even first would give fl(1 + 3*2^-24) - 1 = 2^-22.
+  EXPECT_EQ(Dpbf16Lane0(1.0f, 3 * tiny, -1.0f), 3 * tiny);
+  EXPECT_EQ(Dpbf16Lane0(1.0f, -1.0f, 3 * tiny), 0x1p-22f);
+}
+
+// ---- scales where folding is not exact -----------------------------------------------------
+
+// Scale bytes 0 (2^-127), 255 (NaN), 1 and 254 make folding inexact; those elements must carry
+// the oracle's bits, the others stay within tolerance, and the call stays batch invariant.
+TEST(LinearSimd, ExtremeScalesFallBackToTheOracle) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(9);
+  for (MatrixFormat f : {MatrixFormat::kFP8Block32, MatrixFormat::kFP4Row32}) {
+    TestMatrix w = MakeQuantized(f, 96, 256, rng);
+    const std::vector<uint8_t> extreme = {0, 255, 1, 254, 10, 245};
+    for (size_t i = 0; i < extreme.size(); ++i) w.scales[(i * 7) % w.scales.size()] = extreme[i];
+    std::vector<float> x = MakeActivations(6, 256, rng);
+    for (int i = 0; i < 32; ++i) x[256 + i] *= 0x1p-100f;  // row 1: one absurdly small block
+    const std::vector<float> oracle = RunScalar(w.w, x.data(), 6, false, true);
+    for (const Target& t : Targets()) {
+      const std::vector<float> ours = RunQuantized(t, w.w, x.data(), 6, 2);
+      Stats stats;
+      for (size_t i = 0; i < ours.size(); ++i) {
+        if (std::isnan(oracle[i])) {
+          EXPECT_TRUE(std::isnan(ours[i])) << t.name << " element " << i;
+        } else if (Bits(ours[i]) != Bits(oracle[i])) {
+          ++stats.differing;
+          EXPECT_LE(Bf16UlpDistance(ours[i], oracle[i]), 1) << t.name << " element " << i;
+        }
+      }
+      for (int64_t r = 0; r < 6; ++r) {
+        const std::vector<float> alone = RunQuantized(t, w.w, x.data() + r * 256, 1, 1);
+        ExpectRowsEqual(alone, 0, ours, r, 96, t.name + " extreme scales, row alone");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
