@@ -2,12 +2,18 @@
 //
 // ParallelFor splits [0, n) into one contiguous range per thread (the caller's thread takes
 // the first), so a given thread count always assigns the same rows to the same thread and
-// nothing about the result depends on timing. Work functions must not throw across threads;
-// the first exception is captured and rethrown on the calling thread.
+// nothing about the result depends on timing. Work functions may throw: the first exception
+// is captured and rethrown on the calling thread.
+//
+// A forward issues hundreds of ParallelFor calls microseconds apart, and waking a sleeping
+// thread costs tens of microseconds here, so workers (and the caller, for completion) spin
+// briefly before blocking on a condition variable.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -36,12 +42,13 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
+  // Published by the caller before `generation_` is bumped (release), read after (acquire).
   const std::function<void(size_t, size_t)>* body_ = nullptr;
   size_t total_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stopping_ = false;
-  std::exception_ptr first_error_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stopping_{false};
+  std::exception_ptr first_error_;  // guarded by mutex_
 };
 
 }  // namespace deepinfer
