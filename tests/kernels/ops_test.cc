@@ -18,75 +18,17 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "golden_tables.h"
 
 namespace deepinfer {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "tables are little endian");
 
-// ---- DIT1 table reader (format in tools/golden/numerics_tables.py) ----------------------------
-
-struct Array {
-  char dtype = 0;
-  std::vector<uint32_t> shape;
-  std::vector<uint8_t> bytes;
-
-  template <typename T>
-  std::vector<T> As() const {
-    std::vector<T> out(bytes.size() / sizeof(T));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-    return out;
-  }
-};
-
-using Tables = std::map<std::string, Array>;
-
-Tables ReadTables(const std::string& relative_path) {
-  const std::string path = std::string(DEEPINFER_TEST_DATA_DIR) + "/" + relative_path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t pos = 0;
-  auto take = [&](void* dst, size_t n) {
-    if (pos + n > file.size()) throw std::runtime_error("truncated table file " + path);
-    std::memcpy(dst, file.data() + pos, n);
-    pos += n;
-  };
-  char magic[4];
-  take(magic, 4);
-  if (std::memcmp(magic, "DIT1", 4) != 0) throw std::runtime_error("bad magic in " + path);
-  uint32_t count = 0;
-  take(&count, 4);
-  Tables tables;
-  for (uint32_t a = 0; a < count; ++a) {
-    uint16_t name_len = 0;
-    take(&name_len, 2);
-    std::string key(name_len, '\0');
-    take(key.data(), name_len);
-    uint8_t dtype = 0, ndim = 0;
-    take(&dtype, 1);
-    take(&ndim, 1);
-    Array arr;
-    arr.dtype = static_cast<char>(dtype);
-    arr.shape.resize(ndim);
-    size_t elems = 1;
-    for (auto& d : arr.shape) {
-      take(&d, 4);
-      elems *= d;
-    }
-    const size_t esize = arr.dtype == 'B' ? 1 : arr.dtype == 'H' ? 2 : 4;
-    arr.bytes.resize(elems * esize);
-    take(arr.bytes.data(), arr.bytes.size());
-    tables.emplace(std::move(key), std::move(arr));
-  }
-  return tables;
-}
-
-const Array& Get(const Tables& t, const std::string& key) {
-  auto it = t.find(key);
-  if (it == t.end()) throw std::runtime_error("missing table " + key);
-  return it->second;
-}
+using testing::Array;
+using testing::Get;
+using testing::ReadTables;
+using testing::Tables;
 
 const Tables& AttnTables() {
   static const Tables t = ReadTables("kernels/sparse_attn.bin");
