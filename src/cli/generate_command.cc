@@ -16,6 +16,7 @@
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
+#include "engine/stop_conditions.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -147,6 +148,10 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   std::vector<float> dumped;
   std::vector<int32_t> generated;
 
+  // Prints only whole UTF-8 characters, however the bytes split across tokens.
+  std::optional<IncrementalDetokenizer> detokenizer;
+  if (tokenizer) detokenizer.emplace(*tokenizer, /*skip_special_tokens=*/false);
+
   ForwardItem item{&state, prompt, dump};
   std::vector<float> logits = model->Forward({&item, 1}, pool);
   if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
@@ -154,15 +159,13 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     const std::span<const float> last(logits.data() + logits.size() - vocab, vocab);
     const int32_t token = SampleToken(last, sampling, rng);
     generated.push_back(token);
-    if (tokenizer) {
-      std::cout << tokenizer->Decode(std::span<const int32_t>(&token, 1)) << std::flush;
-    }
+    if (detokenizer) std::cout << detokenizer->Append(token) << std::flush;
     if ((token == model->config().eos_token_id && !options.ignore_eos) || step + 1 == options.max_tokens) break;
     ForwardItem next{&state, std::span<const int32_t>(&generated.back(), 1), dump};
     logits = model->Forward({&next, 1}, pool);
     if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
   }
-  if (tokenizer) std::cout << "\n";
+  if (detokenizer) std::cout << detokenizer->Flush() << "\n";
   if (options.show_ids || !tokenizer) {
     std::cout << "ids:";
     for (int32_t id : generated) std::cout << " " << id;
