@@ -112,7 +112,8 @@ void BM_DramReadBandwidth(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
   Buffer buffer(kWorkingSet);
   for (auto _ : state) benchmark::DoNotOptimize(ReadPass(buffer, pool));
-  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(kWorkingSet), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(kWorkingSet), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DramReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -127,7 +128,9 @@ __attribute__((target("avx512f,avx512bf16"))) float DpChains(int64_t iters) {
   DI_TWELVE(DI_INIT)
   const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x00010001);
   for (int64_t i = 0; i < iters; ++i) {
-#define DI_DP(c) c = _mm512_dpbf16_ps(c, a, b); __asm__("" : "+v"(c));
+#define DI_DP(c)                 \
+  c = _mm512_dpbf16_ps(c, a, b); \
+  __asm__("" : "+v"(c));
     DI_TWELVE(DI_DP)
 #undef DI_DP
   }
@@ -138,7 +141,9 @@ __attribute__((target("avx512f"))) float FmaChains(int64_t iters) {
   DI_TWELVE(DI_INIT)
   const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-30f);
   for (int64_t i = 0; i < iters; ++i) {
-#define DI_FMA(c) c = _mm512_fmadd_ps(a, b, c); __asm__("" : "+v"(c));
+#define DI_FMA(c)               \
+  c = _mm512_fmadd_ps(a, b, c); \
+  __asm__("" : "+v"(c));
     DI_TWELVE(DI_FMA)
 #undef DI_FMA
   }
@@ -214,11 +219,15 @@ struct Weights {
 
   Weights(MatrixFormat f, int64_t rows, int64_t cols, int64_t count, int64_t misalign)
       : format(f), n(rows), k(cols), offset(misalign) {
-    const int64_t payload = f == MatrixFormat::kBF16 ? n * k * 2 : f == MatrixFormat::kF32 ? n * k * 4
-                            : f == MatrixFormat::kFP8Block32 ? n * k : n * k / 2;
+    const int64_t payload = f == MatrixFormat::kBF16         ? n * k * 2
+                            : f == MatrixFormat::kF32        ? n * k * 4
+                            : f == MatrixFormat::kFP8Block32 ? n * k
+                                                             : n * k / 2;
     const int64_t stride = (payload + 64 + 63) / 64 * 64;
     const bool quantized = f == MatrixFormat::kFP8Block32 || f == MatrixFormat::kFP4Row32;
-    const int64_t scale_bytes = !quantized ? 0 : f == MatrixFormat::kFP8Block32 ? ((n + 31) / 32) * (k / 32) : n * (k / 32);
+    const int64_t scale_bytes = !quantized                       ? 0
+                                : f == MatrixFormat::kFP8Block32 ? ((n + 31) / 32) * (k / 32)
+                                                                 : n * (k / 32);
     const size_t total = static_cast<size_t>(stride * count);
     data = static_cast<uint8_t*>(std::aligned_alloc(64, total));
     scales.resize(scale_bytes * count);
@@ -226,13 +235,15 @@ struct Weights {
     for (size_t i = 0; i + 8 <= total; i += 8) {
       uint64_t v = SplitMix(seed);
       if (f == MatrixFormat::kFP8Block32) v &= 0xbebebebebebebebeull;  // no 0x7f/0xff (NaN) codes
-      if (f == MatrixFormat::kBF16) v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;  // |w| ~ 2^-7: no subnormals
+      if (f == MatrixFormat::kBF16)
+        v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;  // |w| ~ 2^-7: no subnormals
       if (f == MatrixFormat::kF32) v = 0x3c0000003c000000ull | (v & 0x807fffff807fffffull);
       std::memcpy(data + i, &v, 8);
     }
     for (auto& b : scales) b = static_cast<uint8_t>(120 + SplitMix(seed) % 5);
     for (int64_t c = 0; c < count; ++c) {
-      copies.push_back(WeightMatrix{f, n, k, data + c * stride + offset, scales.empty() ? nullptr : scales.data() + c * scale_bytes});
+      copies.push_back(WeightMatrix{f, n, k, data + c * stride + offset,
+                                    scales.empty() ? nullptr : scales.data() + c * scale_bytes});
     }
   }
   ~Weights() { std::free(data); }
@@ -243,8 +254,10 @@ struct Weights {
 // One weight set alive at a time (the benchmarks of a shape run together), to bound memory.
 const Weights& GetWeights(MatrixFormat f, int64_t n, int64_t k, bool streaming, int64_t misalign) {
   static std::unique_ptr<Weights> current;
-  const uint64_t bytes = f == MatrixFormat::kBF16 ? n * k * 2 : f == MatrixFormat::kF32 ? n * k * 4
-                         : f == MatrixFormat::kFP8Block32 ? n * k + ((n + 31) / 32) * (k / 32) : n * k / 2 + n * (k / 32);
+  const uint64_t bytes = f == MatrixFormat::kBF16         ? n * k * 2
+                         : f == MatrixFormat::kF32        ? n * k * 4
+                         : f == MatrixFormat::kFP8Block32 ? n * k + ((n + 31) / 32) * (k / 32)
+                                                          : n * k / 2 + n * (k / 32);
   const int64_t count = streaming ? static_cast<int64_t>((kWorkingSet + bytes - 1) / bytes) : 1;
   if (!current || current->format != f || current->n != n || current->k != k || current->offset != misalign ||
       static_cast<int64_t>(current->copies.size()) < count) {
@@ -260,7 +273,8 @@ std::vector<float> Activations(int64_t m, int64_t k) {
   uint64_t seed = 7;
   for (auto& v : x) {
     const uint64_t r = SplitMix(seed);
-    v = RoundToBF16((static_cast<float>(r & 0xffff) / 32768.0f - 1.0f) * std::ldexp(1.0f, static_cast<int>((r >> 16) % 7) - 3));
+    v = RoundToBF16((static_cast<float>(r & 0xffff) / 32768.0f - 1.0f) *
+                    std::ldexp(1.0f, static_cast<int>((r >> 16) % 7) - 3));
   }
   return x;
 }
@@ -302,7 +316,8 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   state.counters["bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   if (bw > 0) state.counters["of_bw"] = benchmark::Counter(bytes / bw, benchmark::Counter::kIsIterationInvariantRate);
-  if (peak > 0) state.counters["of_dp_peak"] = benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
+  if (peak > 0)
+    state.counters["of_dp_peak"] = benchmark::Counter(flops / peak, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void Configure(benchmark::internal::Benchmark* b) {
@@ -313,33 +328,68 @@ void Configure(benchmark::internal::Benchmark* b) {
 
 // V4.1 routed expert (w1/w3: 2304 x 5120; w2: 5120 x 2304), FP4.
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304, 5120, Path::kDefault, true)
-    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fma, true)
-    ->Args({1, 2})->Args({16, 2})->Apply(Configure);
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fma,
+                  true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)
-    ->Args({1, 2})->Args({16, 2})->Apply(Configure);
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_scalar, MatrixFormat::kFP4Row32, 2304, 5120, Path::kScalar, true)
-    ->Args({1, 2})->Apply(Configure);
+    ->Args({1, 2})
+    ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304, MatrixFormat::kFP4Row32, 5120, 2304, Path::kDefault, true)
-    ->Args({1, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
 // Attention projections wq_b (32768 x 1280) and wo_b (5120 x 8192), FP8.
 BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280, MatrixFormat::kFP8Block32, 32768, 1280, Path::kDefault, true)
-    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault, true)
-    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Args({512, 2})->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx512fma, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fma, true)
-    ->Args({1, 2})->Apply(Configure);
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx512fma, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fma,
+                  true)
+    ->Args({1, 2})
+    ->Apply(Configure);
 // Rows 16 bytes past a cache-line boundary: every other 32-byte FP8 group load splits two lines.
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_misaligned16, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault, true, 16)
-    ->Args({1, 2})->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_misaligned16, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault,
+                  true, 16)
+    ->Args({1, 2})
+    ->Apply(Configure);
 // Output head (129280 x 5120), BF16 weights, fp32 logits; prefill-sized M on an 8192-row slice.
 BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280, 5120, Path::kDefault, false)
-    ->Args({1, 1})->Args({1, 2})->Args({4, 2})->Args({16, 2})->Apply(Configure);
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)
-    ->Args({512, 2})->Apply(Configure);
+    ->Args({512, 2})
+    ->Apply(Configure);
 // F32 weights (the small fp32 projections), GEMV.
 BENCHMARK_CAPTURE(RunLinear, f32_4096x5120, MatrixFormat::kF32, 4096, 5120, Path::kDefault, false)
-    ->Args({1, 2})->Args({16, 2})->Apply(Configure);
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Apply(Configure);
 
 }  // namespace
 }  // namespace deepinfer

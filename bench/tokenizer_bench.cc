@@ -48,9 +48,10 @@ void RegisterCorpusBenchmarks() {
   for (const auto& file : files) {
     std::string text = ReadFile(file);
     all += text;
-    benchmark::RegisterBenchmark(("Encode/" + file.filename().string()).c_str(),
-                                 [text = std::move(text)](benchmark::State& state) { EncodeText(state, text); })
-        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("Encode/" + file.filename().string()).c_str(), [text = std::move(text)](
+                                                                                     benchmark::State& state) {
+      EncodeText(state, text);
+    })->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("Encode/corpus", [all = std::move(all)](benchmark::State& state) {
     EncodeText(state, all);

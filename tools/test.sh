@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 jobs="${JOBS:-2}"
+# House style (.clang-format) is checked, not just suggested.
+git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_WERROR=ON > /dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"

@@ -58,8 +58,8 @@ struct MakeModelOptions {
   int64_t vocab = 129280;
   int64_t engram_rows = 0;  // 0: the exact prime sums for engram_vocab_size 4000
   uint64_t seed = 0;
-  double shard_gb = 0;  // 0: one model.safetensors; else shards of at most G * 10^9 bytes
-  int threads = 0;      // 0: one per hardware thread
+  double shard_gb = 0;    // 0: one model.safetensors; else shards of at most G * 10^9 bytes
+  int threads = 0;        // 0: one per hardware thread
   std::string tokenizer;  // empty: the project's tokenizer.json (embedded default model)
 };
 

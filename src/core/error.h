@@ -33,10 +33,10 @@ Error MakeError(const Args&... args) {
 
 }  // namespace deepinfer
 
-#define DI_CHECK(condition, ...)                                                                     \
-  do {                                                                                               \
-    if (!(condition)) {                                                                              \
-      ::deepinfer::detail::CheckFailed(__FILE__, __LINE__, #condition,                               \
+#define DI_CHECK(condition, ...)                                                                    \
+  do {                                                                                              \
+    if (!(condition)) {                                                                             \
+      ::deepinfer::detail::CheckFailed(__FILE__, __LINE__, #condition,                              \
                                        ::deepinfer::detail::Concat("" __VA_OPT__(, ) __VA_ARGS__)); \
-    }                                                                                                \
+    }                                                                                               \
   } while (0)

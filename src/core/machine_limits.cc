@@ -17,9 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // ---- Read bandwidth ----------------------------------------------------------------------------
 
@@ -158,7 +156,7 @@ float ChainsScalar(int64_t iters) {
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 12
     for (int k = 0; k < kChains; ++k) {
-      c[k] = c[k] * a + b;  // -ffp-contract=off: a multiply and an add, as in the scalar kernels
+      c[k] = c[k] * a + b;                // -ffp-contract=off: a multiply and an add, as in the scalar kernels
       __asm__ volatile("" : "+x"(c[k]));  // keeps each chain scalar (no SLP packing)
     }
   }
@@ -169,20 +167,28 @@ float ChainsScalar(int64_t iters) {
 
 double FlopsPerRound(PeakKind kind) {
   switch (kind) {
-    case PeakKind::kScalarFp32: return 2.0 * kChains;
-    case PeakKind::kAvx2Fma: return 16.0 * kChains;
-    case PeakKind::kAvx512Fma: return 32.0 * kChains;
-    case PeakKind::kAvx512Bf16Dot: return 64.0 * kChains;
+    case PeakKind::kScalarFp32:
+      return 2.0 * kChains;
+    case PeakKind::kAvx2Fma:
+      return 16.0 * kChains;
+    case PeakKind::kAvx512Fma:
+      return 32.0 * kChains;
+    case PeakKind::kAvx512Bf16Dot:
+      return 64.0 * kChains;
   }
   return 0.0;
 }
 
 float RunChains(PeakKind kind, int64_t iters) {
   switch (kind) {
-    case PeakKind::kScalarFp32: return ChainsScalar(iters);
-    case PeakKind::kAvx2Fma: return ChainsAvx2Fma(iters);
-    case PeakKind::kAvx512Fma: return ChainsAvx512Fma(iters);
-    case PeakKind::kAvx512Bf16Dot: return ChainsAvx512Bf16(iters);
+    case PeakKind::kScalarFp32:
+      return ChainsScalar(iters);
+    case PeakKind::kAvx2Fma:
+      return ChainsAvx2Fma(iters);
+    case PeakKind::kAvx512Fma:
+      return ChainsAvx512Fma(iters);
+    case PeakKind::kAvx512Bf16Dot:
+      return ChainsAvx512Bf16(iters);
   }
   return 0.0f;
 }
@@ -250,20 +256,28 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int passes) {
 
 std::string_view PeakKindName(PeakKind kind) {
   switch (kind) {
-    case PeakKind::kScalarFp32: return "fp32 mul+add (scalar)";
-    case PeakKind::kAvx2Fma: return "fp32 FMA (AVX2)";
-    case PeakKind::kAvx512Fma: return "fp32 FMA (AVX-512)";
-    case PeakKind::kAvx512Bf16Dot: return "vdpbf16ps (AVX512-BF16)";
+    case PeakKind::kScalarFp32:
+      return "fp32 mul+add (scalar)";
+    case PeakKind::kAvx2Fma:
+      return "fp32 FMA (AVX2)";
+    case PeakKind::kAvx512Fma:
+      return "fp32 FMA (AVX-512)";
+    case PeakKind::kAvx512Bf16Dot:
+      return "vdpbf16ps (AVX512-BF16)";
   }
   return "?";
 }
 
 bool PeakKindSupported(PeakKind kind) {
   switch (kind) {
-    case PeakKind::kScalarFp32: return true;
-    case PeakKind::kAvx2Fma: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case PeakKind::kAvx512Fma: return __builtin_cpu_supports("avx512f");
-    case PeakKind::kAvx512Bf16Dot: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    case PeakKind::kScalarFp32:
+      return true;
+    case PeakKind::kAvx2Fma:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case PeakKind::kAvx512Fma:
+      return __builtin_cpu_supports("avx512f");
+    case PeakKind::kAvx512Bf16Dot:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 }
@@ -313,26 +327,26 @@ FlopCount CountForwardFlops(const FlopShape& s, int64_t start, int64_t tokens) {
   const u64 ih = s.index_n_heads, di = s.index_head_dim;
   const u64 mix = (2 + hc) * hc;
   // Linears every token runs in every layer.
-  const u64 common = 2 * 2 * mix * (hc * d)                                         // hc_attn_fn, hc_ffn_fn
-                     + 2 * d * ql + 2 * ql * heads * dh + 2 * d * dh                // wq_a, wq_b, wkv
-                     + 2 * (og * ol) * (heads * dh / og) + 2 * (og * ol) * d       // wo_a (grouped), wo_b
-                     + 2 * d * static_cast<u64>(s.n_routed_experts)                // router
+  const u64 common = 2 * 2 * mix * (hc * d)                                   // hc_attn_fn, hc_ffn_fn
+                     + 2 * d * ql + 2 * ql * heads * dh + 2 * d * dh          // wq_a, wq_b, wkv
+                     + 2 * (og * ol) * (heads * dh / og) + 2 * (og * ol) * d  // wo_a (grouped), wo_b
+                     + 2 * d * static_cast<u64>(s.n_routed_experts)           // router
                      + static_cast<u64>(s.num_experts_per_tok + s.n_shared_experts) * 3 * 2 * d *
-                           static_cast<u64>(s.moe_intermediate_size);              // experts
+                           static_cast<u64>(s.moe_intermediate_size);  // experts
   for (int64_t p = start; p < start + tokens; ++p) {
-    int64_t topk = 0;             // entries the latest index source picked for this token
-    int64_t candidates = 0;       // entries inside the candidate blocks
+    int64_t topk = 0;        // entries the latest index source picked for this token
+    int64_t candidates = 0;  // entries inside the candidate blocks
     for (const FlopLayer& layer : s.layers) {
       u64 linear = common;
       if (layer.engram) linear += 2 * (d * (hc + 1)) * static_cast<u64>(s.engram_wkv_cols);
       const int64_t ratio = layer.compress_ratio;
       if (ratio > 0) {
         if (layer.kv_source) {
-          linear += 2 * d * dh * (ratio > 1 ? 2 : 1);                  // compressor wkv (+ wgate)
-          if ((p + 1) % ratio == 0) linear += 2 * dh * di;              // indexer wk, per group
+          linear += 2 * d * dh * (ratio > 1 ? 2 : 1);       // compressor wkv (+ wgate)
+          if ((p + 1) % ratio == 0) linear += 2 * dh * di;  // indexer wk, per group
         }
         if (layer.index_source) {
-          linear += 2 * ql * (ih * di) + 2 * d * ih;                    // indexer wq_b, weights_proj
+          linear += 2 * ql * (ih * di) + 2 * d * ih;  // indexer wq_b, weights_proj
           const int64_t visible = (p + 1) / ratio;
           f.indexer += 2 * ih * di * static_cast<u64>(visible);
           int64_t finite = visible;

@@ -29,10 +29,10 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int passes);
 // ---- Arithmetic peak ------------------------------------------------------------------------
 
 enum class PeakKind {
-  kScalarFp32,      // scalar fp32 multiply + add (what scalar kernels compile to): 2 FLOP per pair
-  kAvx2Fma,         // vfmadd on ymm: 8 lanes x 2 = 16 FLOP per instruction
-  kAvx512Fma,       // vfmadd on zmm: 16 lanes x 2 = 32 FLOP per instruction
-  kAvx512Bf16Dot,   // vdpbf16ps on zmm: 16 lanes x 2 bf16 products x 2 = 64 FLOP per instruction
+  kScalarFp32,     // scalar fp32 multiply + add (what scalar kernels compile to): 2 FLOP per pair
+  kAvx2Fma,        // vfmadd on ymm: 8 lanes x 2 = 16 FLOP per instruction
+  kAvx512Fma,      // vfmadd on zmm: 16 lanes x 2 = 32 FLOP per instruction
+  kAvx512Bf16Dot,  // vdpbf16ps on zmm: 16 lanes x 2 bf16 products x 2 = 64 FLOP per instruction
 };
 
 std::string_view PeakKindName(PeakKind kind);

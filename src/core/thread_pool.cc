@@ -72,8 +72,8 @@ void ThreadPool::WorkerLoop(int worker_index) {
   uint64_t seen_generation = 0;
   for (;;) {
     uint64_t generation = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; spin < kSpinIterations && generation == seen_generation &&
-                       !stopping_.load(std::memory_order_acquire);
+    for (int spin = 0;
+         spin < kSpinIterations && generation == seen_generation && !stopping_.load(std::memory_order_acquire);
          ++spin) {
       CpuRelax();
       generation = generation_.load(std::memory_order_acquire);

@@ -18,14 +18,14 @@ namespace deepinfer {
 
 // What a layer does, derived from the schedule lists (spec section 1.2).
 struct LayerRole {
-  int compress_ratio = 0;           // 0 = sliding window only
-  bool kv_source = false;           // owns a compressor, the compressed KV and the index keys
-  bool index_source = false;        // runs an indexer and publishes top-k
-  bool candidate_source = false;    // publishes the two-level top-k candidate blocks
-  bool uses_candidates = false;     // an index source after the candidate source
-  int kv_source_layer = -1;         // whose compressed KV / index keys it reads (ratio > 0)
-  int index_source_layer = -1;      // whose top-k it reads (ratio > 0)
-  int engram_index = -1;            // position in engram_layer_ids, or -1
+  int compress_ratio = 0;         // 0 = sliding window only
+  bool kv_source = false;         // owns a compressor, the compressed KV and the index keys
+  bool index_source = false;      // runs an indexer and publishes top-k
+  bool candidate_source = false;  // publishes the two-level top-k candidate blocks
+  bool uses_candidates = false;   // an index source after the candidate source
+  int kv_source_layer = -1;       // whose compressed KV / index keys it reads (ratio > 0)
+  int index_source_layer = -1;    // whose top-k it reads (ratio > 0)
+  int engram_index = -1;          // position in engram_layer_ids, or -1
 };
 
 enum class WeightFormat { kBF16, kFP8Block, kFP4Row };

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -34,10 +34,12 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 uint64_t CheckedBytes(const std::string& path, const TensorSpec& spec) {
   uint64_t count = 1;
   for (const int64_t dim : spec.shape) {
-    if (dim < 0) throw MakeError(path, ": tensor '", spec.name, "': negative dimension in shape ", ShapeText(spec.shape));
+    if (dim < 0)
+      throw MakeError(path, ": tensor '", spec.name, "': negative dimension in shape ", ShapeText(spec.shape));
     if (__builtin_mul_overflow(count, static_cast<uint64_t>(dim), &count) ||
         count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      throw MakeError(path, ": tensor '", spec.name, "': shape ", ShapeText(spec.shape), " overflows the element count");
+      throw MakeError(path, ": tensor '", spec.name, "': shape ", ShapeText(spec.shape),
+                      " overflows the element count");
     }
   }
   uint64_t bytes = 0;
@@ -79,9 +81,8 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> t
       throw MakeError(path_, ": the tensors' total size overflows 64 bits");
     }
     offsets_.push_back(data_bytes_ - bytes);
-    header[spec.name] = {{"dtype", DTypeName(spec.dtype)},
-                         {"shape", spec.shape},
-                         {"data_offsets", {data_bytes_ - bytes, data_bytes_}}};
+    header[spec.name] = {
+        {"dtype", DTypeName(spec.dtype)}, {"shape", spec.shape}, {"data_offsets", {data_bytes_ - bytes, data_bytes_}}};
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
@@ -130,7 +131,8 @@ void SafetensorsWriter::WriteAt(uint64_t file_offset, std::span<const uint8_t> b
     const ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(file_offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw MakeError(path_, ": write of ", bytes.size(), " bytes at offset ", file_offset, " failed: ", OsError(errno));
+      throw MakeError(path_, ": write of ", bytes.size(), " bytes at offset ", file_offset,
+                      " failed: ", OsError(errno));
     }
     if (n == 0) throw MakeError(path_, ": write at offset ", file_offset + done, " made no progress");
     done += static_cast<size_t>(n);

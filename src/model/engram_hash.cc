@@ -51,17 +51,14 @@ bool IsPrime(uint64_t n) {
 
 int64_t NextUnusedPrime(int64_t start, const std::vector<int64_t>& used) {
   int64_t candidate = start + 1;
-  while (!IsPrime(static_cast<uint64_t>(candidate)) ||
-         std::find(used.begin(), used.end(), candidate) != used.end()) {
+  while (!IsPrime(static_cast<uint64_t>(candidate)) || std::find(used.begin(), used.end(), candidate) != used.end()) {
     ++candidate;
   }
   return candidate;
 }
 
 EngramHasher::EngramHasher(const ModelConfig& config, std::vector<int32_t> token_map, int64_t compressed_vocab_size)
-    : max_ngram_size_(config.engram_max_ngram_size),
-      n_heads_(config.engram_n_heads),
-      token_map_(std::move(token_map)) {
+    : max_ngram_size_(config.engram_max_ngram_size), n_heads_(config.engram_n_heads), token_map_(std::move(token_map)) {
   if (compressed_vocab_size != config.engram_compressed_vocab_size) {
     throw MakeError(config.source, ": the tokenizer's Engram compressed vocabulary has ", compressed_vocab_size,
                     " ids but engram_compressed_vocab_size is ", config.engram_compressed_vocab_size,
@@ -74,8 +71,7 @@ EngramHasher::EngramHasher(const ModelConfig& config, std::vector<int32_t> token
   pad_id_ = token_map_[config.engram_pad_id];
   std::vector<int64_t> used;
   for (size_t l = 0; l < config.engram_layer_ids.size(); ++l) {
-    multipliers_.push_back(
-        EngramHashMultipliers(config.engram_layer_ids[l], max_ngram_size_, compressed_vocab_size));
+    multipliers_.push_back(EngramHashMultipliers(config.engram_layer_ids[l], max_ngram_size_, compressed_vocab_size));
     std::vector<int64_t> primes;
     for (int n = 0; n < max_ngram_size_ - 1; ++n) {
       int64_t current = config.engram_vocab_size - 1;
@@ -93,7 +89,8 @@ EngramHasher::EngramHasher(const ModelConfig& config, std::vector<int32_t> token
     }
     if (total > config.engram_num_embeddings[l]) {
       throw MakeError(config.source, ": engram layer ", config.engram_layer_ids[l], " hashes into ", total,
-                      " rows (the sum of its primes) but engram_num_embeddings gives ", config.engram_num_embeddings[l]);
+                      " rows (the sum of its primes) but engram_num_embeddings gives ",
+                      config.engram_num_embeddings[l]);
     }
     primes_.push_back(std::move(primes));
     offsets_.push_back(std::move(offsets));

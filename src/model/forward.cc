@@ -133,8 +133,8 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
   Batch batch;
   for (size_t i = 0; i < items.size(); ++i) {
     const ForwardItem& item = items[i];
-    DI_CHECK(item.state != nullptr && item.state->layers.size() == static_cast<size_t>(c.num_layers),
-             "forward item ", i, " has no sequence state of this model");
+    DI_CHECK(item.state != nullptr && item.state->layers.size() == static_cast<size_t>(c.num_layers), "forward item ",
+             i, " has no sequence state of this model");
     if (item.tokens.empty()) throw MakeError("sequence ", i, ": no tokens to process");
     const int64_t end = item.state->length + static_cast<int64_t>(item.tokens.size());
     if (end > max_context_) {

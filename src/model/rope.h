@@ -10,8 +10,7 @@ namespace deepinfer {
 class RopeTable {
  public:
   // original_seq_len == 0 disables YaRN.
-  RopeTable(int64_t rope_dim, double base, int64_t original_seq_len, double factor, double beta_fast,
-            double beta_slow);
+  RopeTable(int64_t rope_dim, double base, int64_t original_seq_len, double factor, double beta_fast, double beta_slow);
 
   int64_t pairs() const { return static_cast<int64_t>(freqs_.size()); }
   // cos/sin of position * freq for every pair (`pairs()` floats each).

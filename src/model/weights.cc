@@ -22,12 +22,18 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 const char* KindName(TensorKind kind) {
   switch (kind) {
-    case TensorKind::kVector: return "BF16/F32 vector";
-    case TensorKind::kDenseMatrix: return "BF16/F32 matrix";
-    case TensorKind::kF32Matrix: return "F32 matrix";
-    case TensorKind::kFP8Matrix: return "F8_E4M3 matrix with F8_E8M0 32x32 block scales";
-    case TensorKind::kFP4Matrix: return "packed FP4 (I8) matrix with F8_E8M0 per-32 scales";
-    case TensorKind::kEngramTable: return "F8_E4M3 table with F8_E8M0 per-row-per-32 scales";
+    case TensorKind::kVector:
+      return "BF16/F32 vector";
+    case TensorKind::kDenseMatrix:
+      return "BF16/F32 matrix";
+    case TensorKind::kF32Matrix:
+      return "F32 matrix";
+    case TensorKind::kFP8Matrix:
+      return "F8_E4M3 matrix with F8_E8M0 32x32 block scales";
+    case TensorKind::kFP4Matrix:
+      return "packed FP4 (I8) matrix with F8_E8M0 per-32 scales";
+    case TensorKind::kEngramTable:
+      return "F8_E4M3 table with F8_E8M0 per-row-per-32 scales";
   }
   return "?";
 }
@@ -35,11 +41,15 @@ const char* KindName(TensorKind kind) {
 bool DTypeAllowed(TensorKind kind, DType dtype) {
   switch (kind) {
     case TensorKind::kVector:
-    case TensorKind::kDenseMatrix: return dtype == DType::kBF16 || dtype == DType::kF32;
-    case TensorKind::kF32Matrix: return dtype == DType::kF32;
+    case TensorKind::kDenseMatrix:
+      return dtype == DType::kBF16 || dtype == DType::kF32;
+    case TensorKind::kF32Matrix:
+      return dtype == DType::kF32;
     case TensorKind::kFP8Matrix:
-    case TensorKind::kEngramTable: return dtype == DType::kF8E4M3;
-    case TensorKind::kFP4Matrix: return dtype == DType::kI8 || dtype == DType::kU8;
+    case TensorKind::kEngramTable:
+      return dtype == DType::kF8E4M3;
+    case TensorKind::kFP4Matrix:
+      return dtype == DType::kI8 || dtype == DType::kU8;
   }
   return false;
 }
@@ -51,10 +61,13 @@ std::vector<int64_t> StoredShape(const ExpectedTensor& t) {
 
 std::optional<std::vector<int64_t>> ScaleShape(const ExpectedTensor& t) {
   switch (t.kind) {
-    case TensorKind::kFP8Matrix: return std::vector<int64_t>{CeilDiv(t.shape[0], 32), CeilDiv(t.shape[1], 32)};
+    case TensorKind::kFP8Matrix:
+      return std::vector<int64_t>{CeilDiv(t.shape[0], 32), CeilDiv(t.shape[1], 32)};
     case TensorKind::kFP4Matrix:
-    case TensorKind::kEngramTable: return std::vector<int64_t>{t.shape[0], t.shape[1] / 32};
-    default: return std::nullopt;
+    case TensorKind::kEngramTable:
+      return std::vector<int64_t>{t.shape[0], t.shape[1] / 32};
+    default:
+      return std::nullopt;
   }
 }
 
@@ -63,8 +76,8 @@ void VisitBlock(const ModelConfig& c, const std::string& prefix, int layer_id, b
                 const std::function<void(const ExpectedTensor&)>& visit) {
   const int64_t d = c.hidden_size;
   const int64_t mix = (2 + c.hc_mult) * c.hc_mult;
-  const TensorKind linear = c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix
-                                                                          : TensorKind::kDenseMatrix;
+  const TensorKind linear =
+      c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix : TensorKind::kDenseMatrix;
   auto add = [&](const std::string& name, TensorKind kind, std::vector<int64_t> shape) {
     visit(ExpectedTensor{prefix + name, kind, std::move(shape)});
   };
@@ -153,15 +166,22 @@ class Binder {
     m.cols = info.shape[1];
     m.data = info.data;
     switch (info.dtype) {
-      case DType::kBF16: m.format = MatrixFormat::kBF16; break;
-      case DType::kF32: m.format = MatrixFormat::kF32; break;
-      case DType::kF8E4M3: m.format = MatrixFormat::kFP8Block32; break;
+      case DType::kBF16:
+        m.format = MatrixFormat::kBF16;
+        break;
+      case DType::kF32:
+        m.format = MatrixFormat::kF32;
+        break;
+      case DType::kF8E4M3:
+        m.format = MatrixFormat::kFP8Block32;
+        break;
       case DType::kI8:
       case DType::kU8:
         m.format = MatrixFormat::kFP4Row32;
         m.cols *= 2;
         break;
-      default: DI_CHECK(false, "unexpected dtype for matrix ", name);
+      default:
+        DI_CHECK(false, "unexpected dtype for matrix ", name);
     }
     if (m.quantized()) m.scales = Get(ScaleName(name)).data;
     return m;
@@ -187,8 +207,8 @@ void ForEachExpectedTensor(const ModelConfig& c, const std::function<void(const 
   visit({"norm.weight", TensorKind::kVector, {c.hidden_size}});
   visit({"head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
   if (c.dspark_block_size > 0) {
-    const TensorKind linear = c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix
-                                                                            : TensorKind::kDenseMatrix;
+    const TensorKind linear =
+        c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix : TensorKind::kDenseMatrix;
     for (int k = 0; k < c.num_mtp_layers; ++k) {
       const std::string prefix = "mtp." + std::to_string(k) + ".";
       VisitBlock(c, prefix, c.num_layers + k, false, visit);
@@ -201,7 +221,8 @@ void ForEachExpectedTensor(const ModelConfig& c, const std::function<void(const 
         visit({prefix + "norm.weight", TensorKind::kVector, {c.hidden_size}});
         visit({prefix + "markov_head.embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
         visit({prefix + "markov_head.head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
-        visit({prefix + "confidence_head.proj.weight", TensorKind::kDenseMatrix,
+        visit({prefix + "confidence_head.proj.weight",
+               TensorKind::kDenseMatrix,
                {1, c.hidden_size + c.dspark_markov_rank}});
       }
     }
@@ -230,13 +251,13 @@ std::vector<std::string> CheckTensors(const ModelConfig& config, const Checkpoin
     const TensorInfo* info = checkpoint.Find(t.name);
     const std::vector<int64_t> stored = StoredShape(t);
     if (info == nullptr) {
-      problems.push_back("missing tensor '" + t.name + "' (expected " + KindName(t.kind) + " " +
-                         ShapeString(stored) + ")");
+      problems.push_back("missing tensor '" + t.name + "' (expected " + KindName(t.kind) + " " + ShapeString(stored) +
+                         ")");
       return;
     }
     if (!DTypeAllowed(t.kind, info->dtype)) {
-      problems.push_back("tensor '" + t.name + "' has dtype " + std::string(DTypeName(info->dtype)) +
-                         ", expected " + KindName(t.kind));
+      problems.push_back("tensor '" + t.name + "' has dtype " + std::string(DTypeName(info->dtype)) + ", expected " +
+                         KindName(t.kind));
       return;
     }
     if (info->shape != stored) {
@@ -248,8 +269,8 @@ std::vector<std::string> CheckTensors(const ModelConfig& config, const Checkpoin
       const std::string scale_name = ScaleName(t.name);
       const TensorInfo* scale = checkpoint.Find(scale_name);
       if (scale == nullptr) {
-        problems.push_back("missing scale '" + scale_name + "' of quantized tensor '" + t.name + "' (expected F8_E8M0 " +
-                           ShapeString(*scale_shape) + ")");
+        problems.push_back("missing scale '" + scale_name + "' of quantized tensor '" + t.name +
+                           "' (expected F8_E8M0 " + ShapeString(*scale_shape) + ")");
       } else if (scale->dtype != DType::kF8E8M0) {
         problems.push_back("scale '" + scale_name + "' has dtype " + std::string(DTypeName(scale->dtype)) +
                            ", expected F8_E8M0");

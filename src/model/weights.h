@@ -20,12 +20,12 @@ namespace deepinfer {
 
 // How a tensor is stored on disk.
 enum class TensorKind {
-  kVector,        // 1-D, BF16 or F32 (norm weights, biases, sinks, hc base/scale)
-  kDenseMatrix,   // 2-D, BF16 or F32
-  kF32Matrix,     // 2-D, F32 only (hc_*_fn)
-  kFP8Matrix,     // F8_E4M3 [rows, cols] + .scale F8_E8M0 [ceil(rows/32), ceil(cols/32)]
-  kFP4Matrix,     // I8/U8 [rows, cols/2] + .scale F8_E8M0 [rows, cols/32]
-  kEngramTable,   // F8_E4M3 [rows, dim] + .scale F8_E8M0 [rows, dim/32]
+  kVector,       // 1-D, BF16 or F32 (norm weights, biases, sinks, hc base/scale)
+  kDenseMatrix,  // 2-D, BF16 or F32
+  kF32Matrix,    // 2-D, F32 only (hc_*_fn)
+  kFP8Matrix,    // F8_E4M3 [rows, cols] + .scale F8_E8M0 [ceil(rows/32), ceil(cols/32)]
+  kFP4Matrix,    // I8/U8 [rows, cols/2] + .scale F8_E8M0 [rows, cols/32]
+  kEngramTable,  // F8_E4M3 [rows, dim] + .scale F8_E8M0 [rows, dim/32]
 };
 
 struct ExpectedTensor {
@@ -44,7 +44,7 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-  WeightMatrix gate;            // [experts, D], used in fp32
+  WeightMatrix gate;             // [experts, D], used in fp32
   std::vector<float> gate_bias;  // [experts]
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;

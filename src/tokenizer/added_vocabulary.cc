@@ -1,7 +1,8 @@
 #include "tokenizer/added_vocabulary.h"
 
-#include <algorithm>
 #include <utf8proc.h>
+
+#include <algorithm>
 
 #include "tokenizer/utf8.h"
 
@@ -13,7 +14,9 @@ namespace {
 bool IsWordChar(char32_t code_point) {
   if (code_point == 0x200C || code_point == 0x200D) return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(code_point))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:  // clang-format off
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:  // clang-format off
     case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
     case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:  // clang-format on

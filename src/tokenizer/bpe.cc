@@ -96,9 +96,7 @@ void BpeModel::MergeSymbols(std::string_view word, std::vector<int32_t>& out) co
     int32_t left_id;
     int32_t right_id;
     int32_t merged_id;
-    bool operator>(const Candidate& other) const {
-      return rank != other.rank ? rank > other.rank : left > other.left;
-    }
+    bool operator>(const Candidate& other) const { return rank != other.rank ? rank > other.rank : left > other.left; }
   };
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());

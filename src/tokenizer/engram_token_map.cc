@@ -16,9 +16,9 @@ constexpr char32_t kLoneSpaceMarker = 0xE000;
 
 std::string Utf8procMap(std::string_view text, int options) {
   utf8proc_uint8_t* mapped = nullptr;
-  const utf8proc_ssize_t length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                               static_cast<utf8proc_ssize_t>(text.size()), &mapped,
-                                               static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &mapped, static_cast<utf8proc_option_t>(options));
   DI_CHECK(length >= 0, "utf8proc_map: ", utf8proc_errmsg(length));
   std::string result(reinterpret_cast<const char*>(mapped), static_cast<size_t>(length));
   std::free(mapped);
@@ -104,7 +104,8 @@ EngramTokenMap BuildEngramTokenMap(const Tokenizer& tokenizer) {
       key = EngramNormalize(text);
       if (key.empty()) key = text;
     }
-    const auto [it, inserted] = compressed_id_by_key.try_emplace(std::move(key), static_cast<int32_t>(compressed_id_by_key.size()));
+    const auto [it, inserted] =
+        compressed_id_by_key.try_emplace(std::move(key), static_cast<int32_t>(compressed_id_by_key.size()));
     map.compressed_id[token] = it->second;
   }
   map.compressed_vocab_size = static_cast<int64_t>(compressed_id_by_key.size());

@@ -34,8 +34,8 @@ class RegexSplitSequence::CompiledPattern {
         throw MakeError(origin, ": pre_tokenizer Split pattern: ", error.what());
       }
     }
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
-                          &error_code, &error_offset, nullptr);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error_code,
+                          &error_offset, nullptr);
     if (code_ == nullptr) {
       throw MakeError(origin, ": pre_tokenizer Split pattern \"", step.pattern, "\" does not compile at offset ",
                       error_offset, ": ", Pcre2Message(error_code));
@@ -131,7 +131,8 @@ void RegexSplitSequence::SplitFromStep(size_t step, std::string_view text, Match
       search_from = match_begin + DecodeUtf8Step(text.substr(match_begin)).length;
       continue;
     }
-    if (match_begin > gap_begin) SplitFromStep(step + 1, text.substr(gap_begin, match_begin - gap_begin), matcher, pieces);
+    if (match_begin > gap_begin)
+      SplitFromStep(step + 1, text.substr(gap_begin, match_begin - gap_begin), matcher, pieces);
     SplitFromStep(step + 1, text.substr(match_begin, match_end - match_begin), matcher, pieces);
     gap_begin = search_from = match_end;
   }

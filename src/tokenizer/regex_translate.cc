@@ -18,8 +18,9 @@ constexpr CategoryRange kUnicode16Additions[] = {
 };
 
 // Unicode White_Space, as class-body text.
-constexpr std::string_view kWhiteSpaceBody = "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
-                                             "\\x{202F}\\x{205F}\\x{3000}";
+constexpr std::string_view kWhiteSpaceBody =
+    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+    "\\x{202F}\\x{205F}\\x{3000}";
 constexpr std::string_view kHexDigitBody = "0-9A-Fa-f";
 
 std::string CodePointEscape(char32_t code_point) {

@@ -1,7 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
-
 #include <unordered_map>
 #include <utility>
 
@@ -167,7 +166,8 @@ Tokenizer Tokenizer::FromJsonText(std::string_view json, const std::string& orig
     std::unordered_map<std::string, int32_t> vocab;
     for (const auto& [token, id_json] : Field(model, "vocab", "model", origin).items()) {
       const int64_t id = id_json.get<int64_t>();
-      if (id < 0 || id > INT32_MAX - 1) throw MakeError(origin, ": model.vocab[\"", token, "\"]: id ", id, " out of range");
+      if (id < 0 || id > INT32_MAX - 1)
+        throw MakeError(origin, ": model.vocab[\"", token, "\"]: id ", id, " out of range");
       vocab.emplace(token, static_cast<int32_t>(id));
       impl->SetToken(static_cast<int32_t>(id), token, IdKind::kVocab);
     }
@@ -189,8 +189,8 @@ Tokenizer Tokenizer::FromJsonText(std::string_view json, const std::string& orig
       impl->id_by_token[token.content] = token.id;
       added_tokens.push_back(std::move(token));
     }
-    impl->bpe = std::make_unique<BpeModel>(vocab, ReadMerges(model, origin), OptionalBool(model, "ignore_merges", false),
-                                           impl->alphabet, origin);
+    impl->bpe = std::make_unique<BpeModel>(vocab, ReadMerges(model, origin),
+                                           OptionalBool(model, "ignore_merges", false), impl->alphabet, origin);
     impl->splitter = std::make_unique<RegexSplitSequence>(ReadPreTokenizer(root, origin), origin);
     impl->added_tokens = std::make_unique<AddedTokenMatcher>(added_tokens);
   } catch (const Json::exception& error) {

@@ -95,8 +95,15 @@ void AppendUtf8(char32_t code_point, std::string& out) {
 
 bool IsUnicodeWhiteSpace(char32_t code_point) {
   switch (code_point) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:  // clang-format off
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:            // clang-format on
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:  // clang-format off
+    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:  // clang-format on
       return true;
     default:
       return code_point >= 0x2000 && code_point <= 0x200A;

@@ -1,12 +1,12 @@
 #include "core/thread_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace deepinfer {
 namespace {
@@ -42,9 +42,10 @@ TEST(ThreadPool, PartitionIsStatic) {
 
 TEST(ThreadPool, ExceptionsReachTheCaller) {
   ThreadPool pool(2);
-  EXPECT_THROW(pool.ParallelFor(10, [](size_t begin, size_t) {
-                 if (begin > 0) throw std::runtime_error("worker");
-               }),
+  EXPECT_THROW(pool.ParallelFor(10,
+                                [](size_t begin, size_t) {
+                                  if (begin > 0) throw std::runtime_error("worker");
+                                }),
                std::runtime_error);
   // The pool still works afterwards.
   std::atomic<int> count{0};

@@ -42,7 +42,7 @@ std::string ReadAll(const fs::path& path) {
 
 std::vector<TensorSpec> MixedTensors() {
   return {
-      {"odd.u8", DType::kU8, {3}},              // leaves the following tensors unaligned in a plain file
+      {"odd.u8", DType::kU8, {3}},  // leaves the following tensors unaligned in a plain file
       {"w.f32", DType::kF32, {5, 7}},
       {"b.bf16", DType::kBF16, {11}},
       {"codes.fp8", DType::kF8E4M3, {40, 33}},
@@ -186,8 +186,9 @@ TEST_F(SafetensorsWriterTest, OneShardIsAPlainModelFileAndReplacesAStaleIndex) {
   std::ofstream(dir_ / "model.safetensors.index.json") << R"({"weight_map": {"x": "gone.safetensors"}})";
   const std::vector<TensorSpec> tensors = MixedTensors();
   const CheckpointFiles files = WriteSafetensorsCheckpoint(
-      dir_.string(), tensors,
-      [](size_t index, const TensorSpec&, uint64_t offset, std::span<uint8_t> out) { FillPattern(index, offset, out); });
+      dir_.string(), tensors, [](size_t index, const TensorSpec&, uint64_t offset, std::span<uint8_t> out) {
+        FillPattern(index, offset, out);
+      });
   ASSERT_EQ(files.files.size(), 1u);
   EXPECT_EQ(fs::path(files.files[0]).filename(), "model.safetensors");
   EXPECT_TRUE(files.index.empty());
@@ -213,16 +214,28 @@ void ExpectError(Body body, const std::vector<std::string>& fragments) {
 
 TEST_F(SafetensorsWriterTest, BadDeclarationsAreRejectedBeforeAnyFileExists) {
   const std::string path = (dir_ / "bad.safetensors").string();
-  ExpectError([&] { SafetensorsWriter w(path, {{"a", DType::kF32, {1}}, {"a", DType::kU8, {2}}}); },
-              {path, "'a' is declared twice"});
+  ExpectError(
+      [&] {
+        SafetensorsWriter w(path, {{"a", DType::kF32, {1}}, {"a", DType::kU8, {2}}});
+      },
+      {path, "'a' is declared twice"});
   ExpectError([&] { SafetensorsWriter w(path, {{"", DType::kF32, {1}}}); }, {path, "empty name"});
   ExpectError([&] { SafetensorsWriter w(path, {{"__metadata__", DType::kF32, {1}}}); }, {path, "reserved"});
-  ExpectError([&] { SafetensorsWriter w(path, {{"neg", DType::kF32, {2, -3}}}); },
-              {path, "'neg'", "negative dimension", "[2, -3]"});
-  ExpectError([&] { SafetensorsWriter w(path, {{"big", DType::kF32, {int64_t{1} << 40, int64_t{1} << 40}}}); },
-              {path, "'big'", "overflows"});
-  ExpectError([&] { SafetensorsWriter w(path, {{"big", DType::kI64, {int64_t{1} << 31, int64_t{1} << 31}}}); },
-              {path, "'big'", "overflows the byte size"});
+  ExpectError(
+      [&] {
+        SafetensorsWriter w(path, {{"neg", DType::kF32, {2, -3}}});
+      },
+      {path, "'neg'", "negative dimension", "[2, -3]"});
+  ExpectError(
+      [&] {
+        SafetensorsWriter w(path, {{"big", DType::kF32, {int64_t{1} << 40, int64_t{1} << 40}}});
+      },
+      {path, "'big'", "overflows"});
+  ExpectError(
+      [&] {
+        SafetensorsWriter w(path, {{"big", DType::kI64, {int64_t{1} << 31, int64_t{1} << 31}}});
+      },
+      {path, "'big'", "overflows the byte size"});
   EXPECT_FALSE(fs::exists(path));
   const std::string nowhere = (dir_ / "no" / "such" / "dir" / "x.safetensors").string();
   ExpectError([&] { SafetensorsWriter w(nowhere, {{"a", DType::kF32, {1}}}); }, {nowhere, "cannot create"});
@@ -262,8 +275,11 @@ TEST_F(SafetensorsWriterTest, MisuseIsReportedAndUnfinishedFilesAreRemoved) {
                std::runtime_error);
   EXPECT_FALSE(fs::exists(failing));
 
-  ExpectError([&] { WriteSafetensorsCheckpoint((dir_ / "missing").string(), {{"a", DType::kU8, {1}}}, {}); },
-              {"missing", "not a directory"});
+  ExpectError(
+      [&] {
+        WriteSafetensorsCheckpoint((dir_ / "missing").string(), {{"a", DType::kU8, {1}}}, {});
+      },
+      {"missing", "not a directory"});
 }
 
 }  // namespace

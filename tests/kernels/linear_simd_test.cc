@@ -53,7 +53,7 @@ std::vector<Target> Targets() {
   return targets;
 }
 
-#define SKIP_WITHOUT_SIMD()                                           \
+#define SKIP_WITHOUT_SIMD() \
   if (Targets().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
 
 std::vector<float> RunQuantized(const Target& t, const WeightMatrix& w, const float* x, int64_t m, int threads) {
@@ -67,7 +67,8 @@ std::vector<float> RunQuantized(const Target& t, const WeightMatrix& w, const fl
   return y;
 }
 
-std::vector<float> RunDense(const Target& t, const WeightMatrix& w, const float* x, int64_t m, bool round, int threads) {
+std::vector<float> RunDense(const Target& t, const WeightMatrix& w, const float* x, int64_t m, bool round,
+                            int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(m * w.rows, std::nanf(""));
   if (t.isa == IsaLevel::kAvx512) {
@@ -172,8 +173,8 @@ int Bf16UlpDistance(float a, float b) {
 
 struct Stats {
   int64_t total = 0, differing = 0;
-  int worst_ulp = 0;                   // elements not produced by heavy cancellation
-  double worst_cancelled_rel = 0;      // |diff| / row max, elements with |y| < 2^-8 row max
+  int worst_ulp = 0;               // elements not produced by heavy cancellation
+  double worst_cancelled_rel = 0;  // |diff| / row max, elements with |y| < 2^-8 row max
 };
 
 void CompareBf16(const std::vector<float>& ours, const std::vector<float>& oracle, int64_t m, int64_t n, Stats& stats,
@@ -217,10 +218,9 @@ TEST(LinearSimd, QuantizedMatchesScalarOracleOnOddShapes) {
   // N not a multiple of 16/32 (the last FP8 row block is partial); K multiples of 32, including
   // the V4.1 expert sizes for FP4.
   const std::vector<Shape> shapes = {
-      {MatrixFormat::kFP8Block32, 1, 32},     {MatrixFormat::kFP8Block32, 45, 96},
-      {MatrixFormat::kFP8Block32, 77, 1280},  {MatrixFormat::kFP8Block32, 100, 544},
-      {MatrixFormat::kFP4Row32, 1, 64},       {MatrixFormat::kFP4Row32, 37, 2304},
-      {MatrixFormat::kFP4Row32, 19, 5120},    {MatrixFormat::kFP4Row32, 70, 288},
+      {MatrixFormat::kFP8Block32, 1, 32},    {MatrixFormat::kFP8Block32, 45, 96}, {MatrixFormat::kFP8Block32, 77, 1280},
+      {MatrixFormat::kFP8Block32, 100, 544}, {MatrixFormat::kFP4Row32, 1, 64},    {MatrixFormat::kFP4Row32, 37, 2304},
+      {MatrixFormat::kFP4Row32, 19, 5120},   {MatrixFormat::kFP4Row32, 70, 288},
   };
   const std::vector<int64_t> ms = {1, 2, 3, 7, 16, 33};
   std::mt19937_64 rng(7);
@@ -231,9 +231,10 @@ TEST(LinearSimd, QuantizedMatchesScalarOracleOnOddShapes) {
       const TestMatrix w = MakeQuantized(s.format, s.n, s.k, rng, 118, 130, offset++ % 3 * 7);
       for (int64_t m : ms) {
         const std::vector<float> x = MakeActivations(m, s.k, rng);
-        const std::string what = t.name + " " + (s.format == MatrixFormat::kFP4Row32 ? "fp4" : "fp8") + " M=" +
-                                 std::to_string(m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k);
-        CompareBf16(RunQuantized(t, w.w, x.data(), m, 2), RunScalar(w.w, x.data(), m, false, true), m, s.n, stats, what);
+        const std::string what = t.name + " " + (s.format == MatrixFormat::kFP4Row32 ? "fp4" : "fp8") +
+                                 " M=" + std::to_string(m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k);
+        CompareBf16(RunQuantized(t, w.w, x.data(), m, 2), RunScalar(w.w, x.data(), m, false, true), m, s.n, stats,
+                    what);
       }
     }
     // One prefill-sized call (the GEMM panel path with several activation blocks).
@@ -244,8 +245,9 @@ TEST(LinearSimd, QuantizedMatchesScalarOracleOnOddShapes) {
                   t.name + " M=512");
     }
     std::cout << "[ simd     ] " << t.name << " quantized: " << stats.differing << " of " << stats.total
-              << " elements differ from the oracle; worst " << stats.worst_ulp << " bf16 ulp (|y| >= 2^-8 row max), worst "
-              << stats.worst_cancelled_rel << " of the row max where |y| < 2^-8 row max\n";
+              << " elements differ from the oracle; worst " << stats.worst_ulp
+              << " bf16 ulp (|y| >= 2^-8 row max), worst " << stats.worst_cancelled_rel
+              << " of the row max where |y| < 2^-8 row max\n";
     EXPECT_LE(static_cast<double>(stats.differing), kMaxDifferingFraction * static_cast<double>(stats.total)) << t.name;
   }
 }
@@ -280,8 +282,9 @@ TEST(LinearSimd, DenseMatchesScalarOracle) {
                     t.name + " dense rounded K=" + std::to_string(s.k));
       }
     }
-    std::cout << "[ simd     ] " << t.name << " dense: worst |diff| " << worst << " of the row max (fp32); rounded: "
-              << rounded.differing << " of " << rounded.total << " differ, worst " << rounded.worst_ulp << " ulp\n";
+    std::cout << "[ simd     ] " << t.name << " dense: worst |diff| " << worst
+              << " of the row max (fp32); rounded: " << rounded.differing << " of " << rounded.total
+              << " differ, worst " << rounded.worst_ulp << " ulp\n";
     EXPECT_LE(static_cast<double>(rounded.differing), kMaxDifferingFraction * static_cast<double>(rounded.total));
   }
 }
@@ -306,9 +309,10 @@ void CheckInvariance(const WeightMatrix& w, const std::vector<float>& x, int64_t
     };
     const std::vector<float> all = run(x.data(), m, 2);
     if (reference.empty()) reference = all;
-    ASSERT_EQ(0, std::memcmp(all.data(), reference.data(), all.size() * sizeof(float))) << what << " " << t.name
-                                                                                         << " vs " << Targets()[0].name;
-    ASSERT_EQ(0, std::memcmp(all.data(), run(x.data(), m, 3).data(), all.size() * sizeof(float))) << what << " 3 threads";
+    ASSERT_EQ(0, std::memcmp(all.data(), reference.data(), all.size() * sizeof(float)))
+        << what << " " << t.name << " vs " << Targets()[0].name;
+    ASSERT_EQ(0, std::memcmp(all.data(), run(x.data(), m, 3).data(), all.size() * sizeof(float)))
+        << what << " 3 threads";
     for (int64_t r : {int64_t{0}, int64_t{5}, m - 1}) {
       ExpectRowsEqual(run(x.data() + r * k, 1, 1), 0, all, r, n, what + " alone " + t.name);
       ExpectRowsEqual(run(x.data() + r * k, 1, 3), 0, all, r, n, what + " alone, 3 threads " + t.name);

@@ -1,9 +1,9 @@
 // A sequence's logits do not depend on what else shares the forward: batched calls of
 // independent sequences at different positions, with different chunkings and thread counts,
 // reproduce each sequence's solo run bit for bit.
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "model/golden_support.h"
 

@@ -5,10 +5,9 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/npy.h"
 #include "core/thread_pool.h"

@@ -1,8 +1,6 @@
 // `deepinfer make-model`: a random slice with the real V4.1-Flash dimensions loads with
 // Model::Load and runs a finite prefill and decode; its config follows the documented layer
 // rule; bad arguments are reported.
-#include "cli/make_model_command.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/make_model_command.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/model_config.h"
@@ -97,8 +96,8 @@ TEST(MakeModel, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
   const std::vector<float> prefill_logits = model->Forward({&prefill, 1}, pool);
   ASSERT_EQ(prefill_logits.size(), prompt.size() * static_cast<size_t>(c.vocab_size));
   ExpectFinite(prefill_logits, "prefill");
-  int32_t next = static_cast<int32_t>(
-      std::max_element(prefill_logits.end() - c.vocab_size, prefill_logits.end()) - (prefill_logits.end() - c.vocab_size));
+  int32_t next = static_cast<int32_t>(std::max_element(prefill_logits.end() - c.vocab_size, prefill_logits.end()) -
+                                      (prefill_logits.end() - c.vocab_size));
   for (int step = 0; step < 2; ++step) {
     const std::vector<int32_t> token = {next};
     ForwardItem decode{&state, token, false};
@@ -199,9 +198,9 @@ TEST(MakeModel, ArgumentErrorsAreReported) {
               HasSubstr("--layers: expected 1..40"));
   EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "two"}),
               HasSubstr("--layers: expected an integer, got 'two'"));
-  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8", "--out", "x", "--vocab",
-                        "200000"}),
-              HasSubstr("--vocab: expected 3..129280"));
+  EXPECT_THAT(
+      ArgError({"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8", "--out", "x", "--vocab", "200000"}),
+      HasSubstr("--vocab: expected 3..129280"));
   EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--bogus", "1"}), HasSubstr("unknown argument '--bogus'"));
   EXPECT_THAT(ArgError({"--preset"}), HasSubstr("--preset: missing value NAME"));
 

@@ -64,7 +64,10 @@ TEST(TokenizerEncodeTest, UnicodePropertiesFollowOniguruma) {
 
 TEST(TokenizerEncodeTest, InvalidUtf8IsRepairedLikePythonReplace) {
   // Each maximal invalid subsequence becomes U+FFFD before encoding.
-  EXPECT_EQ(Encode("a\xE4\xB8" "b"), Encode("a\uFFFD" "b"));
+  EXPECT_EQ(Encode("a\xE4\xB8"
+                   "b"),
+            Encode("a\uFFFD"
+                   "b"));
   EXPECT_EQ(Encode("\xED\xA0\x80"), Encode("\uFFFD\uFFFD\uFFFD"));
   EXPECT_EQ(Encode(std::string("\0\xFF", 2)), Encode(std::string("\0\uFFFD", 4)));
 }

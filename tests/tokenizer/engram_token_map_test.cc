@@ -33,7 +33,8 @@ TEST(TokenizerEngramTest, MatchesReferenceForEveryToken) {
 
   // The golden file lists only tokens that reuse an earlier key; every other token takes the
   // next fresh compressed id (see tools/golden/tokenizer/engram_token_map.py).
-  testing::LittleEndianReader repeats(testing::ReadFileBytes(testing::kTokenizerDataDir + "/engram_token_map_repeats.bin"));
+  testing::LittleEndianReader repeats(
+      testing::ReadFileBytes(testing::kTokenizerDataDir + "/engram_token_map_repeats.bin"));
   std::vector<int32_t> expected(map.compressed_id.size(), -1);
   while (!repeats.AtEnd()) {
     const int32_t token = repeats.Read<int32_t>();

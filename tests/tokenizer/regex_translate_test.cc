@@ -15,8 +15,7 @@ constexpr char kWhiteSpace[] =
     "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
 TEST(TokenizerRegexTest, WhiteSpaceEscapesBecomeExplicitSets) {
-  EXPECT_EQ(TranslateOnigurumaPattern("\\s+(?!\\S)"),
-            std::string("[") + kWhiteSpace + "]+(?![^" + kWhiteSpace + "])");
+  EXPECT_EQ(TranslateOnigurumaPattern("\\s+(?!\\S)"), std::string("[") + kWhiteSpace + "]+(?![^" + kWhiteSpace + "])");
   EXPECT_THAT(TranslateOnigurumaPattern("[\\s\\d]"), StartsWith(std::string("[") + kWhiteSpace + "\\p{Nd}"));
 }
 

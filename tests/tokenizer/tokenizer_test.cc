@@ -9,8 +9,8 @@
 namespace deepinfer {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::DefaultTokenizer;
+using ::testing::HasSubstr;
 
 uint64_t Fnv1a64(std::string_view bytes, uint64_t hash) {
   for (const char byte : bytes) hash = (hash ^ static_cast<uint8_t>(byte)) * 0x100000001B3ULL;
@@ -22,8 +22,8 @@ TEST(TokenizerTest, SizeAndSpecialTokens) {
   EXPECT_EQ(tokenizer.size(), 129280u);
   const std::vector<std::pair<std::string, int32_t>> expected = {
       {"<｜begin▁of▁sentence｜>", 0}, {"<｜end▁of▁sentence｜>", 1}, {"<｜▁pad▁｜>", 2},
-      {"<｜User｜>", 128803},         {"<｜Assistant｜>", 128804},   {"<think>", 128821},
-      {"</think>", 128822},           {"｜DSML｜", 128825},          {"<｜latest_reminder｜>", 128828},
+      {"<｜User｜>", 128803},         {"<｜Assistant｜>", 128804},  {"<think>", 128821},
+      {"</think>", 128822},           {"｜DSML｜", 128825},         {"<｜latest_reminder｜>", 128828},
   };
   for (const auto& [token, id] : expected) {
     EXPECT_EQ(tokenizer.TokenToId(token), id) << token;
@@ -55,8 +55,8 @@ TEST(TokenizerTest, DecodeMatchesHfForEveryId) {
       hash = Fnv1a64(std::string_view(reinterpret_cast<const char*>(&length), sizeof(length)), hash);
       hash = Fnv1a64(text, hash);
     }
-    ASSERT_EQ(hash, golden.Read<uint64_t>()) << "decode differs from HF for some id in [" << start << ", "
-                                             << start + block_size << ")";
+    ASSERT_EQ(hash, golden.Read<uint64_t>())
+        << "decode differs from HF for some id in [" << start << ", " << start + block_size << ")";
   }
 
   // Exact texts for byte tokens, added tokens, lossy tokens and multi-token sequences.
@@ -74,8 +74,7 @@ TEST(TokenizerTest, DecodeMatchesHfForEveryId) {
 TEST(TokenizerTest, DecodeJoinsBytesAcrossTokensAndSkipsUnknownIds) {
   const Tokenizer& tokenizer = DefaultTokenizer();
   // "中" is E4 B8 AD; byte tokens for its bytes decode to U+FFFD alone but to "中" together.
-  const std::vector<int32_t> bytes = {*tokenizer.TokenToId("ä"), *tokenizer.TokenToId("¸"),
-                                      *tokenizer.TokenToId("Ń")};
+  const std::vector<int32_t> bytes = {*tokenizer.TokenToId("ä"), *tokenizer.TokenToId("¸"), *tokenizer.TokenToId("Ń")};
   EXPECT_EQ(tokenizer.Decode(bytes), "中");
   EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{bytes[0], bytes[1]}), "\xEF\xBF\xBD");
   EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{0, 33310, 1}), "<｜begin▁of▁sentence｜>hello<｜end▁of▁sentence｜>");

@@ -17,14 +17,18 @@ std::string Replacements(int count) {
 // String::from_utf8_lossy: one U+FFFD per maximal invalid subsequence.
 TEST(TokenizerUtf8Test, ReplacesMaximalInvalidSubsequences) {
   EXPECT_EQ(Utf8Lossy("plain \xE4\xB8\xAD"), "plain \xE4\xB8\xAD");
-  EXPECT_EQ(Utf8Lossy("\xE4\xB8"), Replacements(1));              // truncated 3-byte sequence
-  EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98"), Replacements(1));          // truncated 4-byte sequence
-  EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), Replacements(3));          // surrogate: ED allows only 80..9F next
-  EXPECT_EQ(Utf8Lossy("\xF4\x90\x80\x80"), Replacements(4));      // above U+10FFFF
-  EXPECT_EQ(Utf8Lossy("\xC0\xAF"), Replacements(2));              // overlong
-  EXPECT_EQ(Utf8Lossy("\xE0\x80\x80"), Replacements(3));          // overlong 3-byte
-  EXPECT_EQ(Utf8Lossy("a\x80" "b\xFF"), "a" + kReplacement + "b" + kReplacement);
-  EXPECT_EQ(Utf8Lossy("\xE4\xB8" "a"), kReplacement + "a");
+  EXPECT_EQ(Utf8Lossy("\xE4\xB8"), Replacements(1));          // truncated 3-byte sequence
+  EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98"), Replacements(1));      // truncated 4-byte sequence
+  EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), Replacements(3));      // surrogate: ED allows only 80..9F next
+  EXPECT_EQ(Utf8Lossy("\xF4\x90\x80\x80"), Replacements(4));  // above U+10FFFF
+  EXPECT_EQ(Utf8Lossy("\xC0\xAF"), Replacements(2));          // overlong
+  EXPECT_EQ(Utf8Lossy("\xE0\x80\x80"), Replacements(3));      // overlong 3-byte
+  EXPECT_EQ(Utf8Lossy("a\x80"
+                      "b\xFF"),
+            "a" + kReplacement + "b" + kReplacement);
+  EXPECT_EQ(Utf8Lossy("\xE4\xB8"
+                      "a"),
+            kReplacement + "a");
   EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98\xF0\x9F\x98\x80"), kReplacement + "\xF0\x9F\x98\x80");
 }
 

@@ -47,9 +47,12 @@ CpuFeatures Detect() {
 
 std::string_view IsaName(IsaLevel level) {
   switch (level) {
-    case IsaLevel::kScalar: return "scalar";
-    case IsaLevel::kAvx2: return "avx2";
-    case IsaLevel::kAvx512: return "avx512";
+    case IsaLevel::kScalar:
+      return "scalar";
+    case IsaLevel::kAvx2:
+      return "avx2";
+    case IsaLevel::kAvx512:
+      return "avx512";
   }
   return "?";
 }

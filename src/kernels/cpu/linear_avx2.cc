@@ -56,7 +56,8 @@ inline __m256 RoundE4M3(__m256 t) {
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 20), _mm256_set1_epi32(1));
   bits = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7ffff)));
   bits = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0xfff00000u)));
-  __m256 q = _mm256_blendv_ps(_mm256_castsi256_ps(bits), tiny, _mm256_cmp_ps(mag, _mm256_set1_ps(0.015625f), _CMP_LT_OQ));
+  __m256 q =
+      _mm256_blendv_ps(_mm256_castsi256_ps(bits), tiny, _mm256_cmp_ps(mag, _mm256_set1_ps(0.015625f), _CMP_LT_OQ));
   q = _mm256_or_ps(q, _mm256_and_ps(t, sign));
   return _mm256_blendv_ps(q, t, _mm256_cmp_ps(t, t, _CMP_UNORD_Q));
 }
@@ -128,17 +129,23 @@ struct Decoder {
     if constexpr (F == MatrixFormat::kFP4Row32) {
       // 16 bytes in both 128-bit lanes; lane i of half h wants nibbles 8(i%4) + L and
       // 8(i%4) + 4 + L with L = 2h + i/4 (the FP4 pair order).
-      const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rs.row[n] + g * 16)));
+      const __m256i bytes =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rs.row[n] + g * 16)));
       const __m256i base = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
       const __m256i shift_even = _mm256_add_epi32(base, _mm256_set1_epi32(8 * h));
-      const __m256 table = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), _mm256_set1_ps(rs.scale[n][g]));
+      const __m256 table =
+          _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), _mm256_set1_ps(rs.scale[n][g]));
       even = Fp4Values(_mm256_srlv_epi32(bytes, shift_even), table);
       odd = Fp4Values(_mm256_srlv_epi32(bytes, _mm256_add_epi32(shift_even, _mm256_set1_epi32(16))), table);
     } else if constexpr (F == MatrixFormat::kFP8Block32) {
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rs.row[n] + g * 32 + 16 * h));
       const __m256 s = _mm256_set1_ps(rs.scale[n][g]);
-      even = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(bytes, _mm_setr_epi8(-1, 0, -1, 2, -1, 4, -1, 6, -1, 8, -1, 10, -1, 12, -1, 14))), s);
-      odd = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(bytes, _mm_setr_epi8(-1, 1, -1, 3, -1, 5, -1, 7, -1, 9, -1, 11, -1, 13, -1, 15))), s);
+      even = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(
+                               bytes, _mm_setr_epi8(-1, 0, -1, 2, -1, 4, -1, 6, -1, 8, -1, 10, -1, 12, -1, 14))),
+                           s);
+      odd = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(
+                              bytes, _mm_setr_epi8(-1, 1, -1, 3, -1, 5, -1, 7, -1, 9, -1, 11, -1, 13, -1, 15))),
+                          s);
     } else {
       constexpr int64_t kElemBytes = F == MatrixFormat::kBF16 ? 2 : 4;
       const uint8_t* p = rs.row[n] + g * kGroup * kElemBytes;
@@ -192,14 +199,18 @@ struct Scratch {
 
 template <MatrixFormat F>
 void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const Scratch& s, RowSet& rs) {
-  const int64_t row_bytes = F == MatrixFormat::kFP4Row32 ? w.cols / 2 : F == MatrixFormat::kFP8Block32 ? w.cols
-                            : F == MatrixFormat::kBF16   ? w.cols * 2 : w.cols * 4;
+  const int64_t row_bytes = F == MatrixFormat::kFP4Row32     ? w.cols / 2
+                            : F == MatrixFormat::kFP8Block32 ? w.cols
+                            : F == MatrixFormat::kBF16       ? w.cols * 2
+                                                             : w.cols * 4;
   for (int i = 0; i < nr; ++i) {
     rs.row[i] = w.data + (n0 + i) * row_bytes;
     rs.scale[i] = s.scales + i * groups;
     // The 2^-8 of the fp16 route is folded into the FP8 scale: the products stay the same numbers.
-    if constexpr (F == MatrixFormat::kFP8Block32) ScalesOf(w.scales + ((n0 + i) / kQuantBlock) * w.scale_cols(), groups, 256.0f, s.scales + i * groups);
-    if constexpr (F == MatrixFormat::kFP4Row32) ScalesOf(w.scales + (n0 + i) * w.scale_cols(), groups, 1.0f, s.scales + i * groups);
+    if constexpr (F == MatrixFormat::kFP8Block32)
+      ScalesOf(w.scales + ((n0 + i) / kQuantBlock) * w.scale_cols(), groups, 256.0f, s.scales + i * groups);
+    if constexpr (F == MatrixFormat::kFP4Row32)
+      ScalesOf(w.scales + (n0 + i) * w.scale_cols(), groups, 1.0f, s.scales + i * groups);
   }
 }
 
@@ -208,7 +219,8 @@ void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const
 template <MatrixFormat F, int NR, int MR>
 void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstride, int64_t groups, float (*out)[4]) {
   __m256 acc[MR][NR][2];
-  for (auto& a : acc) for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
+  for (auto& a : acc)
+    for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     for (int h = 0; h < 2; ++h) {
       for (int n = 0; n < NR; ++n) {
@@ -216,12 +228,14 @@ void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstri
         dec.Load(rs, n, g, h, we, wo);
         for (int r = 0; r < MR; ++r) {
           const float* xr = x + r * xstride + g * kGroup + 8 * h;
-          acc[r][n][h] = _mm256_fmadd_ps(_mm256_load_ps(xr), we, _mm256_fmadd_ps(_mm256_load_ps(xr + 16), wo, acc[r][n][h]));
+          acc[r][n][h] =
+              _mm256_fmadd_ps(_mm256_load_ps(xr), we, _mm256_fmadd_ps(_mm256_load_ps(xr + 16), wo, acc[r][n][h]));
         }
       }
     }
   }
-  for (int r = 0; r < MR; ++r) for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
+  for (int r = 0; r < MR; ++r)
+    for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
 }
 
 template <MatrixFormat F, int MR>
@@ -253,7 +267,8 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
 // 2 activation rows x 2 panel rows (panel rows n0, n0+1 of the [g][kPanelN][32] panel).
 void Micro2x2(const float* panel, int n0, const float* x, int64_t xstride, int64_t groups, float out[2][2]) {
   __m256 acc[2][2][2];
-  for (auto& a : acc) for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
+  for (auto& a : acc)
+    for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     for (int h = 0; h < 2; ++h) {
       const float* p = panel + (g * kPanelN + n0) * kGroup + 8 * h;
@@ -267,7 +282,8 @@ void Micro2x2(const float* panel, int n0, const float* x, int64_t xstride, int64
       }
     }
   }
-  for (int r = 0; r < 2; ++r) for (int n = 0; n < 2; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
+  for (int r = 0; r < 2; ++r)
+    for (int n = 0; n < 2; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
 }
 
 template <MatrixFormat F>
@@ -312,10 +328,14 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
 template <MatrixFormat F>
 void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
   switch (job.m) {
-    case 1: return StreamRowsT<F, 1>(job, b, e, s);
-    case 2: return StreamRowsT<F, 2>(job, b, e, s);
-    case 3: return StreamRowsT<F, 3>(job, b, e, s);
-    default: return StreamRowsT<F, 4>(job, b, e, s);
+    case 1:
+      return StreamRowsT<F, 1>(job, b, e, s);
+    case 2:
+      return StreamRowsT<F, 2>(job, b, e, s);
+    case 3:
+      return StreamRowsT<F, 3>(job, b, e, s);
+    default:
+      return StreamRowsT<F, 4>(job, b, e, s);
   }
 }
 
@@ -339,19 +359,27 @@ struct Avx2 {
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     Scratch s(scratch, job.groups);
     switch (job.w->format) {
-      case MatrixFormat::kFP4Row32: return Stream<MatrixFormat::kFP4Row32>(job, b, e, s);
-      case MatrixFormat::kFP8Block32: return Stream<MatrixFormat::kFP8Block32>(job, b, e, s);
-      case MatrixFormat::kBF16: return Stream<MatrixFormat::kBF16>(job, b, e, s);
-      case MatrixFormat::kF32: return Stream<MatrixFormat::kF32>(job, b, e, s);
+      case MatrixFormat::kFP4Row32:
+        return Stream<MatrixFormat::kFP4Row32>(job, b, e, s);
+      case MatrixFormat::kFP8Block32:
+        return Stream<MatrixFormat::kFP8Block32>(job, b, e, s);
+      case MatrixFormat::kBF16:
+        return Stream<MatrixFormat::kBF16>(job, b, e, s);
+      case MatrixFormat::kF32:
+        return Stream<MatrixFormat::kF32>(job, b, e, s);
     }
   }
   static void PanelRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     Scratch s(scratch, job.groups);
     switch (job.w->format) {
-      case MatrixFormat::kFP4Row32: return PanelRowsT<MatrixFormat::kFP4Row32>(job, b, e, s);
-      case MatrixFormat::kFP8Block32: return PanelRowsT<MatrixFormat::kFP8Block32>(job, b, e, s);
-      case MatrixFormat::kBF16: return PanelRowsT<MatrixFormat::kBF16>(job, b, e, s);
-      case MatrixFormat::kF32: return PanelRowsT<MatrixFormat::kF32>(job, b, e, s);
+      case MatrixFormat::kFP4Row32:
+        return PanelRowsT<MatrixFormat::kFP4Row32>(job, b, e, s);
+      case MatrixFormat::kFP8Block32:
+        return PanelRowsT<MatrixFormat::kFP8Block32>(job, b, e, s);
+      case MatrixFormat::kBF16:
+        return PanelRowsT<MatrixFormat::kBF16>(job, b, e, s);
+      case MatrixFormat::kF32:
+        return PanelRowsT<MatrixFormat::kF32>(job, b, e, s);
     }
   }
 };
@@ -362,8 +390,7 @@ void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float
   linear_simd::Driver<Avx2>::Quantized(w, x, m, y, pool, /*bf16_dot=*/false);
 }
 
-void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                     ThreadPool& pool) {
+void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool) {
   linear_simd::Driver<Avx2>::Dense(w, x, m, y, round_to_bf16, pool);
 }
 

@@ -147,7 +147,8 @@ constexpr Fp8ConstSet MakeFp8Consts() {
   Fp8ConstSet set{};
   for (int scale = 0; scale < 256; ++scale) {
     const int delta = (scale - 127) << 7;
-    for (int m = 1; m < 8; ++m) set.subnormal[scale][m] = static_cast<uint16_t>((Bf16Bits(static_cast<float>(m) * 0x1p-9f) + delta) & 0xffff);
+    for (int m = 1; m < 8; ++m)
+      set.subnormal[scale][m] = static_cast<uint16_t>((Bf16Bits(static_cast<float>(m) * 0x1p-9f) + delta) & 0xffff);
     const uint32_t bias = static_cast<uint32_t>((0x3c00 + delta) & 0xffff);
     set.bias[scale] = bias | bias << 16;
   }
@@ -158,13 +159,15 @@ constexpr Fp8ConstSet kFp8Consts = MakeFp8Consts();
 inline __m512i DecodeE4M3(const uint8_t* p, uint8_t scale) {
   const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
-  __m512i bits = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi32(static_cast<int>(kFp8Consts.bias[scale])));
+  __m512i bits =
+      _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi32(static_cast<int>(kFp8Consts.bias[scale])));
   bits = _mm512_mask_permutexvar_epi16(bits, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), mag,
                                        _mm512_load_si512(kFp8Consts.subnormal[scale]));
   bits = _mm512_mask_mov_epi16(bits, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f)),
                                _mm512_set1_epi16(0x7fc0));  // NaN codes
   // bits | (b << 8 & 0x8000): the sign.
-  return _mm512_ternarylogic_epi32(bits, _mm512_slli_epi16(b, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)), 0xf8);
+  return _mm512_ternarylogic_epi32(bits, _mm512_slli_epi16(b, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
+                                   0xf8);
 }
 
 // e2m1 * 2^(s-127) -> fp32, even and odd pair members directly: the 16 bytes are broadcast to the
@@ -178,7 +181,8 @@ struct Fp4TableSet {
   alignas(64) float t[256][16];
 };
 constexpr Fp4TableSet MakeFp4Tables() {
-  constexpr uint32_t kValues[8] = {0, 0x3f000000u, 0x3f800000u, 0x3fc00000u, 0x40000000u, 0x40400000u, 0x40800000u, 0x40c00000u};
+  constexpr uint32_t kValues[8] = {0,           0x3f000000u, 0x3f800000u, 0x3fc00000u,
+                                   0x40000000u, 0x40400000u, 0x40800000u, 0x40c00000u};
   Fp4TableSet set{};
   for (int scale = 0; scale < 256; ++scale) {
     for (int code = 0; code < 16; ++code) {
@@ -263,7 +267,8 @@ struct FmaDecoder {
 template <int NR, int MR>
 void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t groups, float (*out)[kMaxTileN]) {
   __m512 acc[MR][NR];
-  for (auto& row : acc) for (auto& a : row) a = _mm512_setzero_ps();
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512i xv[MR];
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_load_si512(x + r * xstride + g * 16);
@@ -278,7 +283,8 @@ void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t group
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)xv[r], (__m512bh)w);
     }
   }
-  for (int r = 0; r < MR; ++r) for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
+  for (int r = 0; r < MR; ++r)
+    for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
 }
 
 // NR weight rows x MR activation rows with FMAs; x: MR canonical fp32 rows, stride xstride.
@@ -286,7 +292,8 @@ template <MatrixFormat F, int NR, int MR>
 void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_t xstride, int64_t groups,
              float (*out)[kMaxTileN]) {
   __m512 acc[MR][NR];
-  for (auto& row : acc) for (auto& a : row) a = _mm512_setzero_ps();
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512 xe[MR], xo[MR];
     for (int r = 0; r < MR; ++r) {
@@ -306,7 +313,8 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, _mm512_fmadd_ps(xo[r], wo, acc[r][n]));
     }
   }
-  for (int r = 0; r < MR; ++r) for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
+  for (int r = 0; r < MR; ++r)
+    for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
 }
 
 constexpr int64_t kChunkGroups = 32;  // GEMM K chunk: 4 panel rows x 32 groups = 16 KiB, stays in L1
@@ -328,7 +336,10 @@ struct Scratch {
 };
 
 constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
-  return f == MatrixFormat::kFP4Row32 ? cols / 2 : f == MatrixFormat::kFP8Block32 ? cols : f == MatrixFormat::kBF16 ? cols * 2 : cols * 4;
+  return f == MatrixFormat::kFP4Row32     ? cols / 2
+         : f == MatrixFormat::kFP8Block32 ? cols
+         : f == MatrixFormat::kBF16       ? cols * 2
+                                          : cols * 4;
 }
 
 // Weight rows [n_begin, n_end) for all m <= 4 activation rows, in "strided" tiles of kNR rows:
@@ -353,12 +364,15 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
                      kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
     if constexpr (kFp8) {
       if (dp) {
-        nr == kNR ? TileDp<kNR, MR>(t, job.xb, groups * 16, groups, out) : TileDp<1, MR>(t, job.xb, groups * 16, groups, out);
+        nr == kNR ? TileDp<kNR, MR>(t, job.xb, groups * 16, groups, out)
+                  : TileDp<1, MR>(t, job.xb, groups * 16, groups, out);
       } else {
-        nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out) : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
+        nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out)
+                  : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
       }
     } else {
-      nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out) : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
+      nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out)
+                : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
     }
     for (int r = 0; r < MR; ++r) {
       for (int i = 0; i < nr; ++i) job.y[r * w.rows + first + i * stride_rows] = Finish(out[r][i], job.round_to_bf16);
@@ -384,7 +398,8 @@ void Micro4x4(const float* panel, const float* x, int64_t xstride, int64_t group
     if (g < prefetch_lines) _mm_prefetch(prefetch + g * 64, _MM_HINT_T1);
     const float* p = panel + g * kPanelN * kGroup;
     __m512 xe[4], xo[4];
-    for (int r = 0; r < 4; ++r) xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
+    for (int r = 0; r < 4; ++r)
+      xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
     for (int n = 0; n < 4; ++n) {
       const __m512 wo = _mm512_load_ps(p + n * kGroup + 16);
       for (int r = 0; r < 4; ++r) acc[r][n] = _mm512_fmadd_ps(xo[r], wo, acc[r][n]);
@@ -414,7 +429,8 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __
       for (int64_t i = 0; i < (m1 - m0) / kPanelM * 16; ++i) acc[i] = _mm512_setzero_ps();
       // The next panel's rows are contiguous; spread their lines over this panel's Micro4x4 calls.
       const char* next = reinterpret_cast<const char*>(w.data + std::min(n0 + kPanelN, n_end) * row_bytes);
-      const int64_t next_lines = (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64;
+      const int64_t next_lines =
+          (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64;
       const int64_t calls = (groups + kChunkGroups - 1) / kChunkGroups * ((m1 - m0) / kPanelM);
       const int64_t per_call = (next_lines + calls - 1) / calls;
       int64_t call = 0;
@@ -451,10 +467,14 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __
 template <template <MatrixFormat> class Fn, class... Args>
 auto ByFormat(MatrixFormat f, Args&&... args) {
   switch (f) {
-    case MatrixFormat::kFP4Row32: return Fn<MatrixFormat::kFP4Row32>::Call(args...);
-    case MatrixFormat::kFP8Block32: return Fn<MatrixFormat::kFP8Block32>::Call(args...);
-    case MatrixFormat::kBF16: return Fn<MatrixFormat::kBF16>::Call(args...);
-    case MatrixFormat::kF32: break;
+    case MatrixFormat::kFP4Row32:
+      return Fn<MatrixFormat::kFP4Row32>::Call(args...);
+    case MatrixFormat::kFP8Block32:
+      return Fn<MatrixFormat::kFP8Block32>::Call(args...);
+    case MatrixFormat::kBF16:
+      return Fn<MatrixFormat::kBF16>::Call(args...);
+    case MatrixFormat::kF32:
+      break;
   }
   return Fn<MatrixFormat::kF32>::Call(args...);
 }
@@ -463,10 +483,14 @@ template <MatrixFormat F>
 struct StreamFn {
   static void Call(const Job& job, int64_t b, int64_t e) {
     switch (job.m) {
-      case 1: return StreamRowsT<F, 1>(job, b, e);
-      case 2: return StreamRowsT<F, 2>(job, b, e);
-      case 3: return StreamRowsT<F, 3>(job, b, e);
-      default: return StreamRowsT<F, 4>(job, b, e);
+      case 1:
+        return StreamRowsT<F, 1>(job, b, e);
+      case 2:
+        return StreamRowsT<F, 2>(job, b, e);
+      case 3:
+        return StreamRowsT<F, 3>(job, b, e);
+      default:
+        return StreamRowsT<F, 4>(job, b, e);
     }
   }
 };
@@ -480,7 +504,8 @@ struct PanelFn {
 template <MatrixFormat F>
 struct PrepQuantFn {
   static ExpRange Call(const float* x, int64_t k, float* xs, uint32_t* xb) {
-    if constexpr (F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kFP4Row32) return PrepareQuantized<F>(x, k, xs, xb);
+    if constexpr (F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kFP4Row32)
+      return PrepareQuantized<F>(x, k, xs, xb);
     return {};
   }
 };
@@ -496,7 +521,9 @@ struct Avx512 {
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t* xb) {
     return ByFormat<PrepQuantFn>(f, x, k, xs, xb);
   }
-  static void PrepareDenseRow(const float* x, int64_t k, MatrixFormat f, float* xs) { ByFormat<PrepDenseFn>(f, x, k, xs); }
+  static void PrepareDenseRow(const float* x, int64_t k, MatrixFormat f, float* xs) {
+    ByFormat<PrepDenseFn>(f, x, k, xs);
+  }
   static ExpRange ScaleRange(const uint8_t* s, int64_t count) {
     __m512i lo = _mm512_set1_epi8(-1), hi = _mm512_setzero_si512();
     for (int64_t i = 0; i < count; i += 64) {
@@ -516,7 +543,9 @@ struct Avx512 {
     return {mn - 127, mx - 127};
   }
   static size_t ScratchBytes(int64_t groups, int64_t m) { return Scratch::Bytes(groups, m); }
-  static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char*) { ByFormat<StreamFn>(job.w->format, job, b, e); }
+  static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char*) {
+    ByFormat<StreamFn>(job.w->format, job, b, e);
+  }
   static void PanelRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     ByFormat<PanelFn>(job.w->format, job, b, e, scratch);
   }

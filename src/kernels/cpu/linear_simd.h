@@ -58,21 +58,19 @@ namespace deepinfer {
 // Entry points; callers check the CPU first (ComputeContext::isa comes from ChooseIsa). With
 // `bf16_dot` the AVX-512 GEMV tiles of FP8 weights use vdpbf16ps (needs AVX512-BF16); the bits are
 // the same either way.
-void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
-                           bool bf16_dot);
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot);
 void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
                        ThreadPool& pool);
 void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool);
-void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                     ThreadPool& pool);
+void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool);
 
 namespace linear_simd {
 
-inline constexpr int64_t kGroup = 32;       // K elements per canonical group (16 pairs)
-inline constexpr int64_t kStreamMaxM = 4;   // up to this many rows: weights streamed once (GEMV tiles)
-inline constexpr int64_t kPanelN = 4;       // GEMM: weight rows per decoded panel
-inline constexpr int64_t kPanelM = 4;       // GEMM: activation rows per register tile
-inline constexpr int64_t kMaxK = 1 << 20;   // FoldIsExact's overflow bound assumes K <= 2^20
+inline constexpr int64_t kGroup = 32;      // K elements per canonical group (16 pairs)
+inline constexpr int64_t kStreamMaxM = 4;  // up to this many rows: weights streamed once (GEMV tiles)
+inline constexpr int64_t kPanelN = 4;      // GEMM: weight rows per decoded panel
+inline constexpr int64_t kPanelM = 4;      // GEMM: activation rows per register tile
+inline constexpr int64_t kMaxK = 1 << 20;  // FoldIsExact's overflow bound assumes K <= 2^20
 
 // Position inside its group of the even / odd member of pair i (0..15).
 //   FP8, BF16 : (2i, 2i+1)                      - bytes/words in memory order
@@ -82,9 +80,12 @@ inline constexpr int64_t kMaxK = 1 << 20;   // FoldIsExact's overflow bound assu
 //               one shift + one 16-entry table lookup
 constexpr int PairK(MatrixFormat format, int pair, bool odd) {
   switch (format) {
-    case MatrixFormat::kFP4Row32: return 8 * (pair % 4) + pair / 4 + (odd ? 4 : 0);
-    case MatrixFormat::kF32: return pair + (odd ? 16 : 0);
-    default: return 2 * pair + (odd ? 1 : 0);
+    case MatrixFormat::kFP4Row32:
+      return 8 * (pair % 4) + pair / 4 + (odd ? 4 : 0);
+    case MatrixFormat::kF32:
+      return pair + (odd ? 16 : 0);
+    default:
+      return 2 * pair + (odd ? 1 : 0);
   }
 }
 
@@ -97,13 +98,13 @@ struct ExpRange {
 // Everything a kernel needs; read-only while the threads run.
 struct Job {
   const WeightMatrix* w = nullptr;
-  int64_t m = 0;               // activation rows
-  int64_t groups = 0;          // ceil(K / 32)
-  const float* xs = nullptr;   // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
+  int64_t m = 0;                 // activation rows
+  int64_t groups = 0;            // ceil(K / 32)
+  const float* xs = nullptr;     // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
   const uint32_t* xb = nullptr;  // vdpbf16ps tiles: [m][groups][16] bf16 pairs (odd << 16 | even)
   bool bf16_dot = false;
   bool round_to_bf16 = false;
-  float* y = nullptr;          // [m][w->rows]
+  float* y = nullptr;  // [m][w->rows]
 };
 
 // Rounds (or not) a finished sum the same way on every path; NaN is made canonical so that the
@@ -141,8 +142,7 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
 template <class Isa>
 class Driver {
  public:
-  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
-                        bool bf16_dot) {
+  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot) {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
     // The vdpbf16ps tiles (FP8 GEMV) read bf16 pairs.
@@ -164,8 +164,7 @@ class Driver {
     });
   }
 
-  static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                    ThreadPool& pool) {
+  static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool) {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
     Array<float> xs = Activations(m, groups);
@@ -185,11 +184,11 @@ class Driver {
   class Array {
    public:
     explicit Array(int64_t count) : count_(count) {
-      if (count_ > 0) data_ = static_cast<T*>(::operator new(sizeof(T) * count_, std::align_val_t{64}));
+      if (count_ > 0) data_ = static_cast<T*>(::operator new (sizeof(T) * count_, std::align_val_t{64}));
     }
     Array(Array&& other) noexcept : count_(other.count_), data_(other.data_) { other.data_ = nullptr; }
     ~Array() {
-      if (data_ != nullptr) ::operator delete(data_, std::align_val_t{64});
+      if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
     }
     Array(const Array&) = delete;
     Array& operator=(const Array&) = delete;
@@ -239,10 +238,12 @@ class Driver {
     const bool fp8 = w.format == MatrixFormat::kFP8Block32;
     const int64_t first = fp8 ? static_cast<int64_t>(begin) / kQuantBlock : static_cast<int64_t>(begin);
     const int64_t last = fp8 ? (static_cast<int64_t>(end) - 1) / kQuantBlock : static_cast<int64_t>(end) - 1;
-    if (FoldIsExact<Isa>(w.format, all, Isa::ScaleRange(w.scales + first * blocks, (last - first + 1) * blocks))) return;
+    if (FoldIsExact<Isa>(w.format, all, Isa::ScaleRange(w.scales + first * blocks, (last - first + 1) * blocks)))
+      return;
     Oracle oracle(w);
     for (int64_t n = static_cast<int64_t>(begin); n < static_cast<int64_t>(end);) {
-      const int64_t stop = fp8 ? std::min<int64_t>(static_cast<int64_t>(end), (n / kQuantBlock + 1) * kQuantBlock) : n + 1;
+      const int64_t stop =
+          fp8 ? std::min<int64_t>(static_cast<int64_t>(end), (n / kQuantBlock + 1) * kQuantBlock) : n + 1;
       const uint8_t* scales = w.scales + (fp8 ? n / kQuantBlock : n) * blocks;
       const ExpRange b = Isa::ScaleRange(scales, blocks);
       if (!FoldIsExact<Isa>(w.format, all, b)) {
@@ -262,7 +263,8 @@ class Driver {
     float Element(const float* x_row, int64_t n) {
       if (x_codes_.data() == nullptr) Allocate();
       if (x_row != cached_row_) {
-        QuantizeFP8PowerOfTwo({x_row, static_cast<size_t>(w_.cols)}, kQuantBlock, {codes_.data(), static_cast<size_t>(w_.cols)},
+        QuantizeFP8PowerOfTwo({x_row, static_cast<size_t>(w_.cols)}, kQuantBlock,
+                              {codes_.data(), static_cast<size_t>(w_.cols)},
                               {x_scales_.data(), static_cast<size_t>(blocks_)});
         for (int64_t c = 0; c < w_.cols; ++c) x_codes_[c] = E4M3ToFloat(codes_[c]);
         cached_row_ = x_row;

@@ -29,8 +29,7 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
 // dot product differs from the scalar oracle (P.V is elementwise and rounds identically), so
 // outputs stay within fp32 rounding of it, independent of other queries and heads.
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
-                             std::span<const float* const> entries, const float* sink, float softmax_scale,
-                             float* out);
+                             std::span<const float* const> entries, const float* sink, float softmax_scale, float* out);
 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                                    const float* sink, float softmax_scale, float* out);
 

@@ -37,10 +37,14 @@ void WeightMatrix::UnscaledRow(int64_t row, float* out) const {
 uint64_t WeightMatrix::bytes() const {
   if (empty()) return 0;
   switch (format) {
-    case MatrixFormat::kBF16: return rows * cols * 2;
-    case MatrixFormat::kF32: return rows * cols * 4;
-    case MatrixFormat::kFP8Block32: return rows * cols + ((rows + kQuantBlock - 1) / kQuantBlock) * scale_cols();
-    case MatrixFormat::kFP4Row32: return rows * cols / 2 + rows * scale_cols();
+    case MatrixFormat::kBF16:
+      return rows * cols * 2;
+    case MatrixFormat::kF32:
+      return rows * cols * 4;
+    case MatrixFormat::kFP8Block32:
+      return rows * cols + ((rows + kQuantBlock - 1) / kQuantBlock) * scale_cols();
+    case MatrixFormat::kFP4Row32:
+      return rows * cols / 2 + rows * scale_cols();
   }
   return 0;
 }
@@ -50,8 +54,12 @@ WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
   WeightMatrix slice = *this;
   slice.rows = count;
   switch (format) {
-    case MatrixFormat::kBF16: slice.data = data + begin * cols * 2; break;
-    case MatrixFormat::kF32: slice.data = data + begin * cols * 4; break;
+    case MatrixFormat::kBF16:
+      slice.data = data + begin * cols * 2;
+      break;
+    case MatrixFormat::kF32:
+      slice.data = data + begin * cols * 4;
+      break;
     case MatrixFormat::kFP8Block32:
       DI_CHECK(begin % kQuantBlock == 0, "FP8 row slice must start on a 32-row block, got ", begin);
       slice.data = data + begin * cols;
