@@ -96,41 +96,44 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
 
   if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, ctx);
 
-  // What each sequence cached before this call, decoded once: the window slots of positions
-  // before the call, and the compressed entries any of its queries selected.
-  struct CachedRows {
-    std::vector<float> window;             // [window, head_dim], slot-indexed
-    std::vector<int32_t> compressed_slot;  // entry -> row in `compressed`, or -1
-    std::vector<float> compressed;
-  };
-  std::vector<CachedRows> cached(batch.items.size());
+  // The window slots each sequence cached before this call, decoded once; and the compressed
+  // entries its queries selected, decoded once per index source (shared with reuse layers).
+  std::vector<std::vector<float>> cached_window(batch.items.size());
   for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-    const SequenceState& state = *batch.items[i]->state;
-    const LayerCache& cache = state.layers[layer];
+    const LayerCache& cache = batch.items[i]->state->layers[layer];
     const int64_t start = batch.start(i);
-    CachedRows& view = cached[i];
-    view.window.resize(window * head_dim);
+    cached_window[i].resize(window * head_dim);
     for (int64_t pos = std::max<int64_t>(0, start - window + 1); pos < start; ++pos) {
       const int64_t slot = pos % window;
       DecodeFP8PowerOfTwo(cache.window_codes.data() + slot * head_dim, cache.window_exponents.data() + slot * kv_groups,
-                          head_dim, kQuantBlock, view.window.data() + slot * head_dim);
+                          head_dim, kQuantBlock, cached_window[i].data() + slot * head_dim);
     }
-    if (role.compress_ratio == 0) continue;
-    const LayerCache& source = state.layers[role.kv_source_layer];
-    view.compressed_slot.assign(source.compressed_codes.size() / (head_dim / 2), -1);
-    int32_t used = 0;
-    for (int64_t r = batch.first_row[i]; r < batch.first_row[i] + batch.count(i); ++r) {
-      for (int32_t index : shared.topk[r]) {
-        if (view.compressed_slot[index] < 0) view.compressed_slot[index] = used++;
+  }
+  const std::vector<SharedIndex::SelectedEntries>* selected = nullptr;
+  if (role.compress_ratio > 0) {
+    auto [it, inserted] = shared.selected.try_emplace(role.index_source_layer);
+    if (inserted) {
+      it->second.resize(batch.items.size());
+      for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
+        const LayerCache& source = batch.items[i]->state->layers[role.kv_source_layer];
+        SharedIndex::SelectedEntries& view = it->second[i];
+        view.slot.assign(source.compressed_codes.size() / (head_dim / 2), -1);
+        int32_t used = 0;
+        for (int64_t r = batch.first_row[i]; r < batch.first_row[i] + batch.count(i); ++r) {
+          for (int32_t index : shared.topk[r]) {
+            if (view.slot[index] < 0) view.slot[index] = used++;
+          }
+        }
+        view.rows.resize(used * head_dim);
+        for (size_t index = 0; index < view.slot.size(); ++index) {
+          if (view.slot[index] < 0) continue;
+          DecodeFP4E4M3Scale(source.compressed_codes.data() + index * (head_dim / 2),
+                             source.compressed_scales.data() + index * (head_dim / 16), head_dim, 16,
+                             view.rows.data() + view.slot[index] * head_dim);
+        }
       }
     }
-    view.compressed.resize(used * head_dim);
-    for (size_t index = 0; index < view.compressed_slot.size(); ++index) {
-      if (view.compressed_slot[index] < 0) continue;
-      DecodeFP4E4M3Scale(source.compressed_codes.data() + index * (head_dim / 2),
-                         source.compressed_scales.data() + index * (head_dim / 16), head_dim, 16,
-                         view.compressed.data() + view.compressed_slot[index] * head_dim);
-    }
+    selected = &it->second;
   }
 
   // Each query attends over its window (oldest first, the reference's decode layout) and
@@ -145,7 +148,6 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
       const int h = static_cast<int>(unit % heads);
       const Batch::Row& row = batch.rows[r];
       const int64_t start = batch.start(row.item);
-      const CachedRows& view = cached[row.item];
       entries.clear();
       for (int64_t pos = row.position - window + 1; pos <= row.position; ++pos) {
         if (pos < 0) {
@@ -153,13 +155,12 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
         } else if (pos >= start) {
           entries.push_back(kv.data() + (batch.first_row[row.item] + pos - start) * head_dim);
         } else {
-          entries.push_back(view.window.data() + (pos % window) * head_dim);
+          entries.push_back(cached_window[row.item].data() + (pos % window) * head_dim);
         }
       }
       if (role.compress_ratio > 0) {
-        for (int32_t index : shared.topk[r]) {
-          entries.push_back(view.compressed.data() + view.compressed_slot[index] * head_dim);
-        }
+        const SharedIndex::SelectedEntries& view = (*selected)[row.item];
+        for (int32_t index : shared.topk[r]) entries.push_back(view.rows.data() + view.slot[index] * head_dim);
       }
       const int64_t offset = (r * heads + h) * head_dim;
       SparseAttentionWithSink(ctx.isa, q.data() + offset, 1, head_dim, entries, w.attn_sink.data() + h, softmax_scale,
@@ -309,16 +310,24 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
   Linear(w.indexer_weights_proj, x.data(), rows, head_weights.data(), ctx);
   const float weight_scale = static_cast<float>(std::pow(static_cast<double>(index_dim), -0.5) *
                                                 std::pow(static_cast<double>(index_heads), -0.5));
-  // Each sequence's index keys (of its KV source), decoded once for every query of the call.
-  std::vector<std::vector<float>> keys_of_item(batch.items.size());
+  // Each sequence's index keys of the KV source, decoded once per forward for every query and
+  // every index layer reading that source.
+  auto [keys_it, keys_new] = shared.index_keys.try_emplace(role.kv_source_layer);
+  std::vector<std::vector<float>>& keys_of_item = keys_it->second;
+  if (keys_new) {
+    keys_of_item.resize(batch.items.size());
+    for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
+      const LayerCache& source = batch.items[i]->state->layers[role.kv_source_layer];
+      const int64_t entries = static_cast<int64_t>(source.index_codes.size()) / (index_dim / 2);
+      keys_of_item[i].resize(entries * index_dim);
+      DecodeFP4PowerOfTwo(source.index_codes.data(), source.index_exponents.data(), entries * index_dim, kQuantBlock,
+                          keys_of_item[i].data());
+    }
+  }
   for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-    const LayerCache& source = batch.items[i]->state->layers[role.kv_source_layer];
-    const int64_t entries = static_cast<int64_t>(source.index_codes.size()) / (index_dim / 2);
+    const int64_t entries = static_cast<int64_t>(keys_of_item[i].size()) / index_dim;
     DI_CHECK(entries >= (batch.start(i) + batch.count(i)) / ratio, "index keys of layer ", role.kv_source_layer,
              " hold ", entries, " entries, fewer than the sequence has completed");
-    keys_of_item[i].resize(entries * index_dim);
-    DecodeFP4PowerOfTwo(source.index_codes.data(), source.index_exponents.data(), entries * index_dim, kQuantBlock,
-                        keys_of_item[i].data());
   }
   ctx.pool.ParallelFor(rows, [&](size_t begin, size_t end) {
     std::vector<float> scores;

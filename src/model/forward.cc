@@ -193,7 +193,9 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
   std::vector<float> pre_mix(rows * hc, 0.0f);
   for (int64_t r = 0; r < rows; ++r) pre_mix[r * hc] = 1.0f;
 
-  SharedIndex shared{std::vector<std::vector<int32_t>>(rows), std::vector<std::vector<uint8_t>>(rows)};
+  SharedIndex shared;
+  shared.topk.resize(rows);
+  shared.candidates.resize(rows);
   uint64_t weight_bytes = rows * dim * 2 + weights_.head.bytes();  // embedding rows, head
   for (int layer = 0; layer < c.num_layers; ++layer) {
     if (const auto& engram = weights_.layers[layer].engram) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "model/model.h"
@@ -34,6 +35,17 @@ struct Model::Batch {
 struct Model::SharedIndex {
   std::vector<std::vector<int32_t>> topk;
   std::vector<std::vector<uint8_t>> candidates;
+
+  // Decoded once per forward and shared by every layer reading the same source (the cached
+  // values are final once written, and each source appends before its first reader):
+  // per item, a KV source's index keys, keyed by the KV-source layer ...
+  std::map<int, std::vector<std::vector<float>>> index_keys;
+  // ... and the compressed entries an index source's top-k selected, keyed by that layer.
+  struct SelectedEntries {
+    std::vector<int32_t> slot;  // entry -> row in `rows`, or -1
+    std::vector<float> rows;    // [selected, head_dim]
+  };
+  std::map<int, std::vector<SelectedEntries>> selected;
 };
 
 }  // namespace deepinfer
