@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "chat/parse_in_chunks.h"
 #include "core/error.h"
 #include "fixture_files.h"
 
@@ -22,25 +23,6 @@ ChatOutputDelta ExpectedOf(const nlohmann::ordered_json& expected) {
     result.tool_calls.push_back({call["name"].get<std::string>(), call["arguments"].get<std::string>()});
   }
   return result;
-}
-
-// Feeds `text` in pieces whose sizes come from `next_size` and concatenates every delta.
-template <typename NextSize>
-ChatOutputDelta ParseInChunks(std::string_view text, bool thinking, NextSize next_size) {
-  ChatOutputParser parser(thinking);
-  ChatOutputDelta total;
-  auto add = [&](ChatOutputDelta delta) {
-    total.reasoning_content += delta.reasoning_content;
-    total.content += delta.content;
-    for (auto& call : delta.tool_calls) total.tool_calls.push_back(std::move(call));
-  };
-  for (std::size_t pos = 0; pos < text.size();) {
-    const std::size_t size = std::min(next_size(), text.size() - pos);
-    add(parser.Feed(text.substr(pos, size)));
-    pos += size;
-  }
-  add(parser.Finish());
-  return total;
 }
 
 void ExpectSame(const ChatOutputDelta& actual, const ChatOutputDelta& expected, const std::string& how) {

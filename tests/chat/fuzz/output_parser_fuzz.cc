@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "../parse_in_chunks.h"
 #include "chat/chat_tokens.h"
 #include "chat/output_parser.h"
 
@@ -16,27 +17,10 @@ namespace {
 
 using deepinfer::ChatOutputDelta;
 using deepinfer::ChatOutputParser;
+using deepinfer::ParseInChunks;
 
 bool Same(const ChatOutputDelta& a, const ChatOutputDelta& b) {
   return a.reasoning_content == b.reasoning_content && a.content == b.content && a.tool_calls == b.tool_calls;
-}
-
-template <typename NextSize>
-ChatOutputDelta ParseInChunks(std::string_view text, bool thinking, NextSize next_size) {
-  ChatOutputParser parser(thinking);
-  ChatOutputDelta total;
-  auto add = [&](ChatOutputDelta delta) {
-    total.reasoning_content += delta.reasoning_content;
-    total.content += delta.content;
-    for (auto& call : delta.tool_calls) total.tool_calls.push_back(std::move(call));
-  };
-  for (std::size_t pos = 0; pos < text.size();) {
-    const std::size_t size = std::min(next_size(), text.size() - pos);
-    add(parser.Feed(text.substr(pos, size)));
-    pos += size;
-  }
-  add(parser.Finish());
-  return total;
 }
 
 void Check(bool condition, const char* what) {
