@@ -100,13 +100,13 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
   // entries its queries selected, decoded once per index source (shared with reuse layers).
   std::vector<std::vector<float>> cached_window(batch.items.size());
   for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-    const LayerCache& cache = batch.items[i]->state->layers[layer];
+    const SequenceState& state = *batch.items[i]->state;
     const int64_t start = batch.start(i);
     cached_window[i].resize(window * head_dim);
     for (int64_t pos = std::max<int64_t>(0, start - window + 1); pos < start; ++pos) {
-      const int64_t slot = pos % window;
-      DecodeFP8PowerOfTwo(cache.window_codes.data() + slot * head_dim, cache.window_exponents.data() + slot * kv_groups,
-                          head_dim, kQuantBlock, cached_window[i].data() + slot * head_dim);
+      const uint8_t* entry = state.window_entry(layer, pos);
+      DecodeFP8PowerOfTwo(entry, entry + head_dim, head_dim, kQuantBlock,
+                          cached_window[i].data() + (pos % window) * head_dim);
     }
   }
   const std::vector<SharedIndex::SelectedEntries>* selected = nullptr;
@@ -115,9 +115,9 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
     if (inserted) {
       it->second.resize(batch.items.size());
       for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-        const LayerCache& source = batch.items[i]->state->layers[role.kv_source_layer];
+        const SequenceState& source = *batch.items[i]->state;
         SharedIndex::SelectedEntries& view = it->second[i];
-        view.slot.assign(source.compressed_codes.size() / (head_dim / 2), -1);
+        view.slot.assign(source.compressed_count(role.kv_source_layer), -1);
         int32_t used = 0;
         for (int64_t r = batch.first_row[i]; r < batch.first_row[i] + batch.count(i); ++r) {
           for (int32_t index : shared.topk[r]) {
@@ -127,9 +127,8 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
         view.rows.resize(used * head_dim);
         for (size_t index = 0; index < view.slot.size(); ++index) {
           if (view.slot[index] < 0) continue;
-          DecodeFP4E4M3Scale(source.compressed_codes.data() + index * (head_dim / 2),
-                             source.compressed_scales.data() + index * (head_dim / 16), head_dim, 16,
-                             view.rows.data() + view.slot[index] * head_dim);
+          const uint8_t* entry = source.compressed_entry(role.kv_source_layer, static_cast<int64_t>(index));
+          DecodeFP4E4M3Scale(entry, entry + head_dim / 2, head_dim, 16, view.rows.data() + view.slot[index] * head_dim);
         }
       }
     }
@@ -189,15 +188,16 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
   out.resize(rows * c.hidden_size);
   Linear(w.wo_b, grouped.data(), rows, out.data(), ctx);
 
-  // The window ring keeps each sequence's newest `window` positions.
+  // Every position's window entry goes to its block's page (the prefix cache may keep blocks
+  // that have already slid out of this sequence's window).
   for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-    LayerCache& cache = batch.items[i]->state->layers[layer];
+    SequenceState& state = *batch.items[i]->state;
     const int64_t start = batch.start(i);
-    for (int64_t t = std::max<int64_t>(0, batch.count(i) - window); t < batch.count(i); ++t) {
+    for (int64_t t = 0; t < batch.count(i); ++t) {
       const int64_t row = batch.first_row[i] + t;
-      const int64_t slot = (start + t) % window;
-      std::copy_n(kv_codes.begin() + row * head_dim, head_dim, cache.window_codes.begin() + slot * head_dim);
-      std::copy_n(kv_exponents.begin() + row * kv_groups, kv_groups, cache.window_exponents.begin() + slot * kv_groups);
+      uint8_t* entry = state.mutable_window_entry(layer, start + t);
+      std::copy_n(kv_codes.begin() + row * head_dim, head_dim, entry);
+      std::copy_n(kv_exponents.begin() + row * kv_groups, kv_groups, entry + head_dim);
     }
   }
 }
@@ -235,37 +235,42 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
       DenseLinear(w.compressor_wkv, x.data(), rows, kv.data(), /*round_to_bf16=*/false, ctx);
       DenseLinear(w.compressor_wgate, x.data(), rows, gate.data(), /*round_to_bf16=*/false, ctx);
       for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-        LayerCache& cache = batch.items[i]->state->layers[layer];
+        SequenceState& state = *batch.items[i]->state;
+        // The partial group left by earlier calls, then this call's positions.
+        const int held = state.pending_count(layer);
+        const int64_t pending = held + batch.count(i);
+        std::vector<float> pending_kv(pending * head_dim), pending_gate(pending * head_dim);
+        if (held > 0) {
+          std::copy_n(state.pending_kv(layer), held * head_dim, pending_kv.begin());
+          std::copy_n(state.pending_gate(layer), held * head_dim, pending_gate.begin());
+        }
         const int64_t first = batch.first_row[i];
-        cache.pending_kv.insert(cache.pending_kv.end(), kv.begin() + first * head_dim,
-                                kv.begin() + (first + batch.count(i)) * head_dim);
-        cache.pending_gate.insert(cache.pending_gate.end(), gate.begin() + first * head_dim,
-                                  gate.begin() + (first + batch.count(i)) * head_dim);
-        const int64_t pending = static_cast<int64_t>(cache.pending_kv.size()) / head_dim;
+        std::copy_n(kv.begin() + first * head_dim, batch.count(i) * head_dim, pending_kv.begin() + held * head_dim);
+        std::copy_n(gate.begin() + first * head_dim, batch.count(i) * head_dim, pending_gate.begin() + held * head_dim);
         const int64_t complete = pending / ratio;
-        const int64_t first_group = (batch.start(i) + batch.count(i) - pending) / ratio;
+        const int64_t first_group = (batch.start(i) - held) / ratio;
         for (int64_t g = 0; g < complete; ++g) {
           std::vector<float> pooled(head_dim), latent(head_dim);
           for (int64_t d = 0; d < head_dim; ++d) {
             float max_score = -INFINITY;
             for (int t = 0; t < ratio; ++t)
-              max_score = std::max(max_score, cache.pending_gate[((g * ratio) + t) * head_dim + d]);
+              max_score = std::max(max_score, pending_gate[((g * ratio) + t) * head_dim + d]);
             float weights[kMaxCompressRatio];
             float sum = 0.0f;
             for (int t = 0; t < ratio; ++t) {
-              weights[t] = std::exp(cache.pending_gate[((g * ratio) + t) * head_dim + d] - max_score);
+              weights[t] = std::exp(pending_gate[((g * ratio) + t) * head_dim + d] - max_score);
               sum += weights[t];
             }
             float acc = 0.0f;
-            for (int t = 0; t < ratio; ++t)
-              acc += cache.pending_kv[((g * ratio) + t) * head_dim + d] * (weights[t] / sum);
+            for (int t = 0; t < ratio; ++t) acc += pending_kv[((g * ratio) + t) * head_dim + d] * (weights[t] / sum);
             pooled[d] = RoundToBF16(acc);
           }
           RmsNorm(pooled.data(), head_dim, w.compressor_norm.data(), eps, latent.data());
           groups.push_back({i, first_group + g, std::move(latent)});
         }
-        cache.pending_kv.erase(cache.pending_kv.begin(), cache.pending_kv.begin() + complete * ratio * head_dim);
-        cache.pending_gate.erase(cache.pending_gate.begin(), cache.pending_gate.begin() + complete * ratio * head_dim);
+        const int64_t consumed = complete * ratio * head_dim;
+        state.SetPending(layer, pending_kv.data() + consumed, pending_gate.data() + consumed,
+                         static_cast<int>(pending - complete * ratio));
       }
     }
     // Index keys come from the pre-RoPE latent; the cached entry is RoPE'd then FP4-QDQ'd.
@@ -275,27 +280,20 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
       for (int64_t g = 0; g < count; ++g)
         std::copy(groups[g].latent.begin(), groups[g].latent.end(), latents.begin() + g * head_dim);
       Linear(w.indexer_wk, latents.data(), count, keys.data(), ctx);
-      std::vector<uint8_t> codes(head_dim / 2), scales(head_dim / 16);
       for (int64_t g = 0; g < count; ++g) {
-        LayerCache& cache = batch.items[groups[g].item]->state->layers[layer];
-        DI_CHECK(static_cast<int64_t>(cache.compressed_codes.size()) == groups[g].group * (head_dim / 2),
-                 "compressed KV of layer ", layer, " out of step at group ", groups[g].group);
+        SequenceState& state = *batch.items[groups[g].item]->state;
+        DI_CHECK(state.compressed_count(layer) == groups[g].group, "compressed KV of layer ", layer,
+                 " out of step at group ", groups[g].group);
         const int64_t group_position = groups[g].group * ratio;
+        uint8_t* entry = state.AppendCompressed(layer);
+        uint8_t* index_entry = entry + head_dim / 2 + head_dim / 16;
         std::vector<float> key(index_dim);
         RmsNorm(keys.data() + g * index_dim, index_dim, w.indexer_k_norm.data(), eps, key.data());
         RopeHeads(key.data(), 1, index_dim, compress_rope_, group_position, false);
-        codes.resize(index_dim / 2);
-        scales.resize(index_dim / kQuantBlock);
-        EncodeFP4PowerOfTwo(key, kQuantBlock, codes.data(), scales.data());
-        cache.index_codes.insert(cache.index_codes.end(), codes.begin(), codes.end());
-        cache.index_exponents.insert(cache.index_exponents.end(), scales.begin(), scales.end());
+        EncodeFP4PowerOfTwo(key, kQuantBlock, index_entry, index_entry + index_dim / 2);
         std::vector<float>& latent = groups[g].latent;
         RopeHeads(latent.data(), 1, head_dim, compress_rope_, group_position, false);
-        codes.resize(head_dim / 2);
-        scales.resize(head_dim / 16);
-        EncodeFP4E4M3Scale(latent, 16, codes.data(), scales.data());
-        cache.compressed_codes.insert(cache.compressed_codes.end(), codes.begin(), codes.end());
-        cache.compressed_scales.insert(cache.compressed_scales.end(), scales.begin(), scales.end());
+        EncodeFP4E4M3Scale(latent, 16, entry, entry + head_dim / 2);
       }
     }
   }
@@ -317,11 +315,13 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const std::vector<fl
   if (keys_new) {
     keys_of_item.resize(batch.items.size());
     for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {
-      const LayerCache& source = batch.items[i]->state->layers[role.kv_source_layer];
-      const int64_t entries = static_cast<int64_t>(source.index_codes.size()) / (index_dim / 2);
+      const SequenceState& source = *batch.items[i]->state;
+      const int64_t entries = source.compressed_count(role.kv_source_layer);
       keys_of_item[i].resize(entries * index_dim);
-      DecodeFP4PowerOfTwo(source.index_codes.data(), source.index_exponents.data(), entries * index_dim, kQuantBlock,
-                          keys_of_item[i].data());
+      for (int64_t e = 0; e < entries; ++e) {
+        const uint8_t* key = source.compressed_entry(role.kv_source_layer, e) + head_dim / 2 + head_dim / 16;
+        DecodeFP4PowerOfTwo(key, key + index_dim / 2, index_dim, kQuantBlock, keys_of_item[i].data() + e * index_dim);
+      }
     }
   }
   for (int i = 0; i < static_cast<int>(batch.items.size()); ++i) {

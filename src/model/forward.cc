@@ -133,8 +133,8 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
   Batch batch;
   for (size_t i = 0; i < items.size(); ++i) {
     const ForwardItem& item = items[i];
-    DI_CHECK(item.state != nullptr && item.state->layers.size() == static_cast<size_t>(c.num_layers), "forward item ",
-             i, " has no sequence state of this model");
+    DI_CHECK(item.state != nullptr && item.state->valid() && item.state->layout().Serves(c), "forward item ", i,
+             " has no sequence state of this model");
     if (item.tokens.empty()) throw MakeError("sequence ", i, ": no tokens to process");
     const int64_t end = item.state->length + static_cast<int64_t>(item.tokens.size());
     if (end > max_context_) {
@@ -153,6 +153,14 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
     }
   }
   const int64_t rows = batch.size();
+  // Pages for the new positions (copies of shared ones), still before any value changes.
+  for (size_t i = 0; i < items.size(); ++i) {
+    SequenceState& state = *items[i].state;
+    if (!state.PrepareAppend(static_cast<int64_t>(items[i].tokens.size()))) {
+      throw MakeError("sequence ", i, ": the KV cache budget of ", state.pool().budget_bytes(), " bytes (",
+                      state.pool().held_bytes(), " held) cannot hold ", items[i].tokens.size(), " more tokens");
+    }
+  }
 
   // Engram hash ids, [rows, engram layers, columns], from each sequence's recent tokens.
   std::vector<int64_t> hash_ids;
@@ -212,6 +220,7 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
   for (int i = 0; i < static_cast<int>(items.size()); ++i) {
     const int64_t first = batch.first_row[i];
     const int64_t count = batch.count(i);
+    if (items[i].no_logits) continue;
     for (int64_t t = items[i].all_logits ? 0 : count - 1; t < count; ++t) logit_rows.push_back(first + t);
   }
   std::vector<float> selected_streams(logit_rows.size() * hc * dim);
@@ -225,11 +234,12 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
   HcCollapse(selected_streams, selected_pre, out_rows, hc, dim, collapsed);
   NormRows(collapsed, out_rows, dim, weights_.norm, eps, normed);
   std::vector<float> logits(out_rows * c.vocab_size);
-  DenseLinear(weights_.head, normed.data(), out_rows, logits.data(), /*round_to_bf16=*/false, ctx);
+  if (out_rows > 0) DenseLinear(weights_.head, normed.data(), out_rows, logits.data(), /*round_to_bf16=*/false, ctx);
 
   for (size_t i = 0; i < items.size(); ++i) {
     items[i].state->length += static_cast<int64_t>(items[i].tokens.size());
     if (hasher_) items[i].state->engram_recent = std::move(new_recent[i]);
+    if (!items[i].keep_window_pages) items[i].state->ReleaseStaleWindowPages();
   }
   return logits;
 }

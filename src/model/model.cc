@@ -62,7 +62,9 @@ Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, st
       main_rope_(config_.rope_head_dim, config_.rope_theta, 0, 1.0, config_.beta_fast, config_.beta_slow),
       compress_rope_(config_.rope_head_dim, config_.compress_rope_theta, config_.original_seq_len, config_.rope_factor,
                      config_.beta_fast, config_.beta_slow),
-      max_context_(max_context) {
+      max_context_(max_context),
+      default_layout_(std::make_shared<const CacheLayout>(
+          CacheLayout::For(config_, CacheLayout::BlockTokensAtLeast(config_, kDefaultBlockTokens)))) {
   for (const LayerWeights& layer : weights_.layers) {
     const AttentionWeights& a = layer.attn;
     uint64_t bytes = layer.hc_attn.fn.bytes() + layer.hc_ffn.fn.bytes();
@@ -106,25 +108,15 @@ std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOpti
       new Model(std::move(config), std::move(checkpoint), std::move(weights), std::move(hasher), max_context));
 }
 
-uint64_t LayerCache::bytes() const {
-  return window_codes.size() + window_exponents.size() + compressed_codes.size() + compressed_scales.size() +
-         index_codes.size() + index_exponents.size() + (pending_kv.size() + pending_gate.size()) * sizeof(float);
-}
+SequenceState Model::NewSequence() const { return SequenceState(default_layout_, PagePool::Create(0)); }
 
-uint64_t SequenceState::CacheBytes() const {
-  uint64_t total = engram_recent.size() * sizeof(int32_t);
-  for (const LayerCache& cache : layers) total += cache.bytes();
-  return total;
-}
-
-SequenceState Model::NewSequence() const {
-  SequenceState state;
-  state.layers.resize(config_.num_layers);
-  for (LayerCache& cache : state.layers) {
-    cache.window_codes.assign(config_.window_size * config_.head_dim, 0);
-    cache.window_exponents.assign(config_.window_size * config_.head_dim / kQuantBlock, 127);
-  }
-  return state;
+std::vector<int32_t> Model::EngramHistory(std::span<const int32_t> tokens) const {
+  if (!hasher_) return {};
+  const int lookback = hasher_->lookback();
+  std::vector<int32_t> history(lookback, kEngramDeadToken);
+  const size_t first = tokens.size() > static_cast<size_t>(lookback) ? tokens.size() - lookback : 0;
+  for (size_t t = first; t < tokens.size(); ++t) history.push_back(hasher_->Compress(tokens[t]));
+  return std::vector<int32_t>(history.end() - lookback, history.end());
 }
 
 }  // namespace deepinfer

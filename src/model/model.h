@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/sequence_state.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/compute_context.h"
@@ -24,46 +25,24 @@
 
 namespace deepinfer {
 
-// Everything a sequence carries between forwards (spec section 4.1), in the compact formats
-// that reproduce the reference's QDQ'd values exactly (decoding gives the same bits):
-struct LayerCache {
-  // Window ring, position p in slot p % window_size: e4m3 codes [window, head_dim] and ue8m0
-  // exponents [window, head_dim / 32] (528 B per slot at V4.1 size).
-  std::vector<uint8_t> window_codes;
-  std::vector<uint8_t> window_exponents;
-  // KV sources: compressed entries, RoPE'd, as packed e2m1 [entries, head_dim / 2] with e4m3
-  // scales [entries, head_dim / 16] (288 B per entry).
-  std::vector<uint8_t> compressed_codes;
-  std::vector<uint8_t> compressed_scales;
-  // KV sources: indexer keys, RoPE'd, as packed e2m1 [entries, index_head_dim / 2] with ue8m0
-  // exponents [entries, index_head_dim / 32] (68 B per entry).
-  std::vector<uint8_t> index_codes;
-  std::vector<uint8_t> index_exponents;
-  // Ratio > 1 sources: fp32 projections of the incomplete group (raw, not quantized).
-  std::vector<float> pending_kv;
-  std::vector<float> pending_gate;
-
-  uint64_t bytes() const;
-};
-
-struct SequenceState {
-  int64_t length = 0;  // tokens already processed; the next token sits at this position
-  std::vector<LayerCache> layers;
-  std::vector<int32_t> engram_recent;  // compressed ids of the last lookback tokens, oldest first
-
-  uint64_t CacheBytes() const;  // everything above, as stored
-};
-
 struct ForwardItem {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;  // appended at state->length
   bool all_logits = false;          // logits for every token, or only the last
+  bool no_logits = false;           // none at all (a prefill chunk that is not the prompt's last)
+  // Keep window pages that slid out of the window attached after the forward (the engine
+  // offers them to the prefix cache first, then calls ReleaseStaleWindowPages itself).
+  bool keep_window_pages = false;
 };
 
 // What a forward read: the basis of bandwidth accounting in `deepinfer bench`.
 struct ForwardStats {
   uint64_t weight_bytes = 0;  // every weight byte the forward touched, each tensor counted once
 };
+
+// Positions per KV cache block unless the engine asks otherwise (rounded up to a multiple of
+// every compress ratio).
+inline constexpr int kDefaultBlockTokens = 16;
 
 struct ModelOptions {
   int64_t max_context = 0;  // 0: the config's max_position_embeddings
@@ -79,11 +58,18 @@ class Model {
   int64_t max_context() const { return max_context_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
 
+  // A sequence with its own unbounded page pool (for one-off use; the engine brings its own
+  // pool and layout).
   SequenceState NewSequence() const;
+  const std::shared_ptr<const CacheLayout>& default_cache_layout() const { return default_layout_; }
+  // The Engram look-back a sequence has after processing `tokens` (empty without Engram):
+  // what a state adopted from the prefix cache needs.
+  std::vector<int32_t> EngramHistory(std::span<const int32_t> tokens) const;
 
   // Returns fp32 logits, [rows, vocab]: per item in order, every token's row when
-  // all_logits, else the last token's. Throws Error on bad input (token id out of range,
-  // context exceeded) before any state changes.
+  // all_logits, none when no_logits, else the last token's. Throws Error on bad input (token
+  // id out of range, context exceeded, a KV cache budget that cannot hold the new tokens)
+  // before any state value changes.
   std::vector<float> Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
                              ForwardStats* stats = nullptr) const;
   // The same on the best SIMD level this CPU supports.
@@ -117,6 +103,7 @@ class Model {
   RopeTable compress_rope_;
   int64_t max_context_;
   std::vector<uint64_t> layer_fixed_bytes_;  // per layer: every weight but the routed experts
+  std::shared_ptr<const CacheLayout> default_layout_;
 };
 
 }  // namespace deepinfer

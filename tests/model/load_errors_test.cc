@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,16 +62,30 @@ std::vector<int32_t> Tokens(int n, int32_t vocab) {
   return tokens;
 }
 
-// Whether two sequence states hold exactly the same values.
+// Whether two sequence states hold exactly the same values (whatever pages hold them).
 bool SameState(const SequenceState& a, const SequenceState& b) {
-  if (a.length != b.length || a.engram_recent != b.engram_recent || a.layers.size() != b.layers.size()) return false;
-  for (size_t i = 0; i < a.layers.size(); ++i) {
-    const LayerCache& x = a.layers[i];
-    const LayerCache& y = b.layers[i];
-    if (x.window_codes != y.window_codes || x.window_exponents != y.window_exponents ||
-        x.compressed_codes != y.compressed_codes || x.compressed_scales != y.compressed_scales ||
-        x.index_codes != y.index_codes || x.index_exponents != y.index_exponents || x.pending_kv != y.pending_kv ||
-        x.pending_gate != y.pending_gate) {
+  if (a.length != b.length || a.engram_recent != b.engram_recent || !(a.layout() == b.layout())) return false;
+  const CacheLayout& layout = a.layout();
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    for (int64_t pos = std::max<int64_t>(0, a.length - layout.window + 1); pos < a.length; ++pos) {
+      if (!std::equal(a.window_entry(layer, pos), a.window_entry(layer, pos) + layout.window_entry_bytes,
+                      b.window_entry(layer, pos))) {
+        return false;
+      }
+    }
+    if (layout.ratio[layer] == 0) continue;
+    if (a.compressed_count(layer) != b.compressed_count(layer) || a.pending_count(layer) != b.pending_count(layer)) {
+      return false;
+    }
+    for (int64_t g = 0; g < a.compressed_count(layer); ++g) {
+      if (!std::equal(a.compressed_entry(layer, g), a.compressed_entry(layer, g) + layout.compressed_entry_bytes,
+                      b.compressed_entry(layer, g))) {
+        return false;
+      }
+    }
+    const int64_t pending = a.pending_count(layer) * layout.head_dim;
+    if (pending > 0 && (!std::equal(a.pending_kv(layer), a.pending_kv(layer) + pending, b.pending_kv(layer)) ||
+                        !std::equal(a.pending_gate(layer), a.pending_gate(layer) + pending, b.pending_gate(layer)))) {
       return false;
     }
   }
