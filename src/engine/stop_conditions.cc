@@ -46,7 +46,12 @@ std::string_view OpenAiFinishReason(FinishReason reason) {
     case FinishReason::kStopString:
       return "stop";
     case FinishReason::kMaxTokens:
+    case FinishReason::kLength:
       return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
   }
   return "";
 }

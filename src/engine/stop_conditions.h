@@ -29,9 +29,12 @@ enum class FinishReason {
   kStopToken,   // EOS or one of stop_token_ids
   kStopString,  // one of the stop strings appeared in the text
   kMaxTokens,   // max_tokens generated
+  kLength,      // the model's context is full
+  kAbort,       // cancelled by the client
+  kError,       // the engine could not serve it (the update says why)
 };
 
-// OpenAI's `finish_reason`: "stop", "length", or "" while running.
+// OpenAI's `finish_reason`: "stop", "length", "abort" (vLLM's), "error", or "" while running.
 std::string_view OpenAiFinishReason(FinishReason reason);
 
 struct StopParams {

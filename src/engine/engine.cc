@@ -1,0 +1,344 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+struct Engine::Request {
+  RequestId id = 0;
+  uint64_t arrival = 0;
+  RequestParams params;
+  std::vector<int32_t> tokens;  // the prompt, then every generated token
+  int64_t prompt_length = 0;
+  Rng rng;
+  StopChecker stop;
+  std::optional<SequenceState> state;  // while running
+  int64_t cached_tokens = 0;
+  int64_t offered_blocks = 0;  // full blocks already offered to the prefix cache
+
+  Request(RequestId id_, uint64_t arrival_, RequestParams params_, uint64_t seed, int eos, const Tokenizer* tokenizer)
+      : id(id_),
+        arrival(arrival_),
+        params(std::move(params_)),
+        tokens(params.prompt),
+        prompt_length(static_cast<int64_t>(params.prompt.size())),
+        rng(seed),
+        stop(params.stop, eos, tokenizer) {}
+
+  std::span<const int32_t> output() const { return std::span<const int32_t>(tokens).subspan(prompt_length); }
+  int64_t pending_tokens() const { return static_cast<int64_t>(tokens.size()) - state->length; }
+};
+
+namespace {
+
+std::vector<int64_t> ContextBuckets(std::vector<int64_t> buckets, int64_t max_context) {
+  if (buckets.empty()) {
+    for (int64_t b = 1024; b < max_context; b *= 4) buckets.push_back(b);
+  }
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i] <= 0 || (i > 0 && buckets[i] <= buckets[i - 1])) {
+      throw MakeError("context buckets must be positive and ascending; bucket ", i, " is ", buckets[i]);
+    }
+    if (buckets[i] > max_context) {
+      throw MakeError("context bucket ", buckets[i], " exceeds the maximum context of ", max_context, " tokens");
+    }
+  }
+  if (buckets.empty() || buckets.back() != max_context) buckets.push_back(max_context);
+  return buckets;
+}
+
+uint64_t RandomSeed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, const ComputeContext& ctx, EngineOptions options, const Tokenizer* tokenizer)
+    : model_(model),
+      ctx_(ctx),
+      options_(std::move(options)),
+      tokenizer_(tokenizer),
+      layout_(std::make_shared<const CacheLayout>(
+          CacheLayout::For(model.config(), CacheLayout::BlockTokensAtLeast(model.config(), options_.block_tokens)))),
+      pool_(PagePool::Create(options_.kv_cache_memory)),
+      buckets_(ContextBuckets(options_.context_buckets, model.max_context())),
+      seed_source_(options_.seed ? *options_.seed : RandomSeed()) {
+  if (options_.max_step_tokens < 1) throw MakeError("max step tokens must be >= 1, got ", options_.max_step_tokens);
+  if (options_.max_running < 1) throw MakeError("max running requests must be >= 1, got ", options_.max_running);
+  if (options_.max_running > options_.max_step_tokens) {
+    // Every decoding request runs in every step; more of them than tokens would starve some.
+    throw MakeError("max running requests (", options_.max_running, ") exceeds the step token budget (",
+                    options_.max_step_tokens, ")");
+  }
+  if (options_.prefix_caching) {
+    prefix_cache_ = std::make_unique<PrefixCache>(layout_);
+    pool_->SetEvictor([cache = prefix_cache_.get()] { return cache->EvictOne(); });
+  }
+  stats_.steps_per_bucket.assign(buckets_.size(), 0);
+}
+
+Engine::~Engine() {
+  pool_->SetEvictor({});
+  running_.clear();
+  waiting_.clear();
+  requests_.clear();
+  prefix_cache_.reset();
+}
+
+RequestId Engine::Add(RequestParams params) {
+  const ModelConfig& c = model_.config();
+  if (params.prompt.empty()) throw MakeError("request: the prompt is empty");
+  for (size_t i = 0; i < params.prompt.size(); ++i) {
+    if (params.prompt[i] < 0 || params.prompt[i] >= c.vocab_size) {
+      throw MakeError("request: prompt token ", i, " has id ", params.prompt[i], ", outside the vocabulary [0, ",
+                      c.vocab_size, ")");
+    }
+  }
+  if (static_cast<int64_t>(params.prompt.size()) > model_.max_context()) {
+    throw MakeError("request: the prompt's ", params.prompt.size(), " tokens exceed the maximum context of ",
+                    model_.max_context(), " tokens");
+  }
+  ValidateSamplingParams(params.sampling, static_cast<size_t>(c.vocab_size));
+  ValidateStopParams(params.stop, static_cast<size_t>(c.vocab_size));
+  if (!params.stop.stop.empty() && tokenizer_ == nullptr) {
+    throw MakeError("request: stop strings need a tokenizer, and this engine has none");
+  }
+  const RequestId id = next_id_++;
+  const uint64_t seed = params.seed ? *params.seed : seed_source_.Next();
+  auto request = std::make_unique<Request>(id, next_arrival_++, std::move(params), seed, c.eos_token_id, tokenizer_);
+  waiting_.push_back(request.get());
+  requests_.emplace(id, std::move(request));
+  return id;
+}
+
+bool Engine::Abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  std::vector<RequestUpdate> updates;
+  Finish(*it->second, FinishReason::kAbort, "", updates);
+  for (RequestUpdate& update : updates) pending_updates_.push_back(std::move(update));
+  return true;
+}
+
+void Engine::ClearPrefixCache() {
+  if (prefix_cache_) prefix_cache_->Clear();
+}
+
+void Engine::Release(Request& request) { request.state.reset(); }
+
+void Engine::Finish(Request& request, FinishReason reason, std::string error, std::vector<RequestUpdate>& updates) {
+  RequestUpdate* update = nullptr;
+  for (RequestUpdate& u : updates) {
+    if (u.id == request.id) update = &u;
+  }
+  if (update == nullptr) {
+    update = &updates.emplace_back();
+    update->id = request.id;
+    update->prompt_tokens = request.prompt_length;
+    update->cached_tokens = request.cached_tokens;
+  }
+  update->finish = reason;
+  update->error = std::move(error);
+  if (reason == FinishReason::kLength || reason == FinishReason::kError) update->text += request.stop.Flush();
+  Release(request);
+  running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &request), waiting_.end());
+  ++stats_.finished_requests;
+  requests_.erase(request.id);  // last: `request` dies here
+}
+
+void Engine::Admit(Request& request) {
+  request.state.emplace(layout_, pool_);
+  request.cached_tokens = 0;
+  if (prefix_cache_) {
+    request.cached_tokens = prefix_cache_->Attach(request.tokens, *request.state);
+    if (request.cached_tokens > 0) {
+      request.state->engram_recent =
+          model_.EngramHistory(std::span<const int32_t>(request.tokens).first(request.cached_tokens));
+    }
+  }
+  request.offered_blocks = request.state->full_blocks();
+  stats_.prompt_tokens += request.tokens.size();
+  stats_.cached_prompt_tokens += request.cached_tokens;
+}
+
+void Engine::Preempt(Request& request) {
+  Release(request);
+  running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
+  // Back to the queue in arrival order: it keeps its place ahead of newer requests.
+  auto at = std::find_if(waiting_.begin(), waiting_.end(),
+                         [&](const Request* other) { return other->arrival > request.arrival; });
+  waiting_.insert(at, &request);
+  ++stats_.preemptions;
+}
+
+int64_t Engine::Reserve(Request& request, int64_t tokens, bool plan_empty, std::vector<RequestUpdate>& updates) {
+  for (;;) {
+    // A prefill chunk shrinks before anyone is preempted for it.
+    for (int64_t n = tokens; n >= 1; n = (n == 1 ? 0 : std::max<int64_t>(1, n / 2))) {
+      if (request.state->PrepareAppend(n)) return n;
+    }
+    Request* victim = running_.back();
+    if (victim != &request) {
+      Preempt(*victim);
+      continue;
+    }
+    if (running_.size() == 1 && plan_empty) {
+      Finish(request, FinishReason::kError,
+             "the KV cache budget of " + std::to_string(pool_->budget_bytes()) + " bytes cannot hold a context of " +
+                 std::to_string(request.state->length + 1) + " tokens",
+             updates);
+    } else {
+      Preempt(request);
+    }
+    return 0;
+  }
+}
+
+std::vector<Engine::PlannedItem> Engine::Schedule(std::vector<RequestUpdate>& updates) {
+  std::vector<PlannedItem> plan;
+  int64_t budget = options_.max_step_tokens;
+  // Every decoding request runs each step (max_running <= budget); prefill chunks share the
+  // rest, oldest request first, so neither decodes nor long prompts starve.
+  int64_t decode_reserve = 0;
+  for (const Request* r : running_) decode_reserve += r->pending_tokens() == 1 ? 1 : 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request* r = running_[i];
+    const bool decoding = r->pending_tokens() == 1;
+    const int64_t want = decoding ? 1 : std::min(r->pending_tokens(), budget - decode_reserve);
+    if (decoding) --decode_reserve;
+    if (want <= 0) continue;
+    const int64_t got = Reserve(*r, want, plan.empty(), updates);
+    if (got == 0) {
+      --i;  // r left running_ (it was the newest: the loop ends)
+      continue;
+    }
+    budget -= got;
+    plan.push_back({r, got});
+  }
+  // New (and preempted) requests, in arrival order, while tokens and memory last.
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running && budget > 0) {
+    Request* r = waiting_.front();
+    Admit(*r);
+    int64_t got = 0;
+    for (int64_t n = std::min(r->pending_tokens(), budget); n >= 1 && got == 0;
+         n = (n == 1 ? 0 : std::max<int64_t>(1, n / 2))) {
+      if (r->state->PrepareAppend(n)) got = n;
+    }
+    if (got == 0) {
+      if (running_.empty() && plan.empty()) {
+        Finish(*r, FinishReason::kError,
+               "the KV cache budget of " + std::to_string(pool_->budget_bytes()) + " bytes cannot hold one block",
+               updates);
+        continue;
+      }
+      Release(*r);
+      break;
+    }
+    waiting_.pop_front();
+    auto at = std::find_if(running_.begin(), running_.end(),
+                           [&](const Request* other) { return other->arrival > r->arrival; });
+    running_.insert(at, r);
+    budget -= got;
+    plan.push_back({r, got});
+  }
+  return plan;
+}
+
+std::vector<RequestUpdate> Engine::Step() {
+  std::vector<RequestUpdate> updates = std::move(pending_updates_);
+  pending_updates_.clear();
+  const std::vector<PlannedItem> plan = Schedule(updates);
+  if (!plan.empty()) RunStep(plan, updates);
+  return updates;
+}
+
+void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUpdate>& updates) {
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<ForwardItem> items(plan.size());
+  int64_t longest = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Request& r = *plan[i].request;
+    const int64_t start = r.state->length;
+    items[i].state = &*r.state;
+    items[i].tokens = std::span<const int32_t>(r.tokens).subspan(start, plan[i].tokens);
+    items[i].no_logits = start + plan[i].tokens < static_cast<int64_t>(r.tokens.size());
+    items[i].keep_window_pages = prefix_cache_ != nullptr;
+    longest = std::max(longest, start + plan[i].tokens);
+    stats_.computed_tokens += plan[i].tokens;
+  }
+  const size_t bucket = std::lower_bound(buckets_.begin(), buckets_.end(), longest) - buckets_.begin();
+  ++stats_.steps_per_bucket[bucket];
+  stats_.last_step_bucket = buckets_[bucket];
+  ++stats_.steps;
+
+  std::vector<float> logits;
+  try {
+    logits = model_.Forward(items, ctx_);
+  } catch (const Error& error) {
+    // Nothing changed in any state (Forward validates first); the requests cannot go on.
+    for (const PlannedItem& item : plan) Finish(*item.request, FinishReason::kError, error.what(), updates);
+    return;
+  }
+
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Request& r = *plan[i].request;
+    SequenceState& state = *r.state;
+    if (prefix_cache_) {
+      if (state.full_blocks() > r.offered_blocks) {
+        prefix_cache_->Insert(r.tokens, state);
+        r.offered_blocks = state.full_blocks();
+      }
+      state.ReleaseStaleWindowPages();
+    }
+    if (items[i].no_logits) continue;
+    const std::span<const float> row_logits(logits.data() + row * vocab, vocab);
+    ++row;
+    SampleResult sample;
+    try {
+      sample = Sample(
+          row_logits, r.params.sampling,
+          TokenHistory{.prompt = std::span<const int32_t>(r.tokens).first(r.prompt_length), .output = r.output()},
+          r.rng);
+    } catch (const Error& error) {
+      Finish(r, FinishReason::kError, error.what(), updates);
+      continue;
+    }
+    r.tokens.push_back(sample.token);
+    ++stats_.generated_tokens;
+    StopStep stop = r.stop.Append(sample.token);
+    RequestUpdate& update = updates.emplace_back();
+    update.id = r.id;
+    update.prompt_tokens = r.prompt_length;
+    update.cached_tokens = r.cached_tokens;
+    update.tokens.push_back({sample.token, sample.logprob, std::move(sample.top_logprobs)});
+    update.text = std::move(stop.text);
+    if (stop.finished()) {
+      Finish(r, stop.finish, "", updates);
+    } else if (static_cast<int64_t>(r.tokens.size()) > model_.max_context()) {
+      Finish(r, FinishReason::kLength, "", updates);
+    }
+  }
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.running = running_.size();
+  s.waiting = waiting_.size();
+  s.kv_budget_bytes = pool_->budget_bytes();
+  s.kv_held_bytes = pool_->held_bytes();
+  s.kv_peak_bytes = pool_->peak_held_bytes();
+  s.kv_in_use_bytes = pool_->in_use_bytes();
+  if (prefix_cache_) {
+    s.prefix = prefix_cache_->stats();
+    s.prefix_cached_blocks = prefix_cache_->cached_blocks();
+  }
+  return s;
+}
+
+}  // namespace deepinfer
