@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/stop_conditions.h"
 #include "model/model.h"
@@ -142,30 +143,27 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   ThreadPool pool(options.threads);
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
-  SequenceState state = model->NewSequence();
-  Rng rng(options.seed);
-  SamplingParams sampling{options.temperature};
+  Engine engine(*model, ComputeContext{pool, DetectIsa()}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
+  RequestParams request{.prompt = prompt, .sampling = {options.temperature}, .seed = options.seed};
+  request.stop.max_tokens = options.max_tokens;
+  request.stop.ignore_eos = options.ignore_eos;
+  request.stop.skip_special_tokens = false;
+  request.stop.include_stop_string_in_output = true;
+  request.return_logits = dump;
+  engine.Add(std::move(request));
+
   std::vector<float> dumped;
   std::vector<int32_t> generated;
-
-  // Prints only whole UTF-8 characters, however the bytes split across tokens.
-  std::optional<IncrementalDetokenizer> detokenizer;
-  if (tokenizer) detokenizer.emplace(*tokenizer, /*skip_special_tokens=*/false);
-
-  ForwardItem item{&state, prompt, dump};
-  std::vector<float> logits = model->Forward({&item, 1}, pool);
-  if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
-  for (int64_t step = 0; step < options.max_tokens; ++step) {
-    const std::span<const float> last(logits.data() + logits.size() - vocab, vocab);
-    const int32_t token = SampleToken(last, sampling, rng);
-    generated.push_back(token);
-    if (detokenizer) std::cout << detokenizer->Append(token) << std::flush;
-    if ((token == model->config().eos_token_id && !options.ignore_eos) || step + 1 == options.max_tokens) break;
-    ForwardItem next{&state, std::span<const int32_t>(&generated.back(), 1), dump};
-    logits = model->Forward({&next, 1}, pool);
-    if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
+  while (!engine.idle()) {
+    for (const RequestUpdate& update : engine.Step()) {
+      for (const GeneratedToken& t : update.tokens) generated.push_back(t.token);
+      // Whole UTF-8 characters only, however the bytes split across tokens.
+      std::cout << update.text << std::flush;
+      dumped.insert(dumped.end(), update.logits.begin(), update.logits.end());
+      if (update.finish == FinishReason::kError) throw MakeError("generate: ", update.error);
+    }
   }
-  if (detokenizer) std::cout << detokenizer->Flush() << "\n";
+  if (tokenizer) std::cout << "\n";
   if (options.show_ids || !tokenizer) {
     std::cout << "ids:";
     for (int32_t id : generated) std::cout << " " << id;

@@ -154,7 +154,7 @@ void Engine::Finish(Request& request, FinishReason reason, std::string error, st
 void Engine::Admit(Request& request) {
   request.state.emplace(layout_, pool_);
   request.cached_tokens = 0;
-  if (prefix_cache_) {
+  if (prefix_cache_ && !request.params.return_logits) {
     request.cached_tokens = prefix_cache_->Attach(request.tokens, *request.state);
     if (request.cached_tokens > 0) {
       request.state->engram_recent =
@@ -266,7 +266,8 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     const int64_t start = r.state->length;
     items[i].state = &*r.state;
     items[i].tokens = std::span<const int32_t>(r.tokens).subspan(start, plan[i].tokens);
-    items[i].no_logits = start + plan[i].tokens < static_cast<int64_t>(r.tokens.size());
+    items[i].all_logits = r.params.return_logits;
+    items[i].no_logits = !r.params.return_logits && start + plan[i].tokens < static_cast<int64_t>(r.tokens.size());
     items[i].keep_window_pages = prefix_cache_ != nullptr;
     longest = std::max(longest, start + plan[i].tokens);
     stats_.computed_tokens += plan[i].tokens;
@@ -297,8 +298,17 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
       state.ReleaseStaleWindowPages();
     }
     if (items[i].no_logits) continue;
-    const std::span<const float> row_logits(logits.data() + row * vocab, vocab);
-    ++row;
+    const int64_t rows = items[i].all_logits ? plan[i].tokens : 1;
+    const std::span<const float> returned(logits.data() + row * vocab, rows * vocab);
+    row += rows;
+    const std::span<const float> row_logits = returned.last(vocab);
+    if (state.length < static_cast<int64_t>(r.tokens.size())) {  // a prefill chunk: only logits to hand back
+      RequestUpdate& update = updates.emplace_back();
+      update.id = r.id;
+      update.prompt_tokens = r.prompt_length;
+      update.logits.assign(returned.begin(), returned.end());
+      continue;
+    }
     SampleResult sample;
     try {
       sample = Sample(
@@ -318,6 +328,7 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     update.cached_tokens = r.cached_tokens;
     update.tokens.push_back({sample.token, sample.logprob, std::move(sample.top_logprobs)});
     update.text = std::move(stop.text);
+    if (r.params.return_logits) update.logits.assign(returned.begin(), returned.end());
     if (stop.finished()) {
       Finish(r, stop.finish, "", updates);
     } else if (static_cast<int64_t>(r.tokens.size()) > model_.max_context()) {

@@ -39,6 +39,9 @@ struct RequestParams {
   StopParams stop = {};
   // Unset: the engine picks one (from EngineOptions::seed when set, so runs reproduce).
   std::optional<uint64_t> seed = std::nullopt;
+  // Hand back the fp32 logits of every position run (prompt and output), as the updates'
+  // `logits`. Such a request never adopts a cached prefix (those positions would have none).
+  bool return_logits = false;
 };
 
 struct GeneratedToken {
@@ -56,6 +59,7 @@ struct RequestUpdate {
   std::string error;          // why, for kError
   int64_t prompt_tokens = 0;  // prompt length
   int64_t cached_tokens = 0;  // prompt tokens the prefix cache supplied (latest admission)
+  std::vector<float> logits;  // with return_logits: [positions run this step, vocab]
   bool finished() const { return finish != FinishReason::kNone; }
 };
 
