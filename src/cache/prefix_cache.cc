@@ -79,8 +79,6 @@ void PrefixCache::Insert(std::span<const int32_t> tokens, const SequenceState& s
 
 int64_t PrefixCache::Attach(std::span<const int32_t> tokens, SequenceState& state) {
   const int64_t block = layout_->block_tokens;
-  ++stats_.lookups;
-  stats_.queried_tokens += tokens.size();
   if (tokens.empty()) return 0;
   // At least the last token is computed: its logits are what the request samples from.
   const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block;
@@ -108,9 +106,14 @@ int64_t PrefixCache::Attach(std::span<const int32_t> tokens, SequenceState& stat
   // Parents end up more recent than their children, so leaves go first.
   for (int64_t j = usable - 1; j >= 0; --j) chain[j].second->last_used = ++clock_;
   state.AdoptBlocks(usable, window_pages, compressed_pages);
-  ++stats_.hits;
-  stats_.hit_tokens += usable * block;
   return usable * block;
+}
+
+void PrefixCache::RecordLookup(int64_t queried_tokens, int64_t hit_tokens) {
+  ++stats_.lookups;
+  stats_.queried_tokens += queried_tokens;
+  if (hit_tokens > 0) ++stats_.hits;
+  stats_.hit_tokens += hit_tokens;
 }
 
 void PrefixCache::Remove(uint64_t hash) {

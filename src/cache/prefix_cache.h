@@ -32,6 +32,10 @@ class PrefixCache {
   // least one token to compute; returns its length in tokens (0 on a miss).
   int64_t Attach(std::span<const int32_t> tokens, SequenceState& state);
 
+  // Counts a lookup in stats(): the engine calls it once per admission that went ahead (an
+  // admission rolled back for lack of memory looks up again later).
+  void RecordLookup(int64_t queried_tokens, int64_t hit_tokens);
+
   // Gives memory back to the pool; false when nothing the cache holds alone is left.
   bool EvictOne();
   void Clear();

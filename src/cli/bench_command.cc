@@ -16,6 +16,7 @@
 
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/serving_bench.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
 #include "core/thread_pool.h"
@@ -83,6 +84,7 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
 void PrintBenchHelp(std::ostream& out) {
   out << "usage: deepinfer bench [flags]\n";
   PrintFlagHelp(out, BenchFlags());
+  out << "serving engine modes: deepinfer bench --serving --help, deepinfer bench --context-sweep --help\n";
 }
 
 BenchOptions ParseBenchOptions(const std::vector<std::string>& args) {
@@ -198,6 +200,7 @@ void Progress(const std::string& what) { std::fprintf(stderr, "bench: %s...\n", 
 }  // namespace
 
 int RunBenchCommand(const std::vector<std::string>& args) {
+  if (IsServingBench(args)) return RunServingBench(args);  // serving_bench.h
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
       PrintBenchHelp(std::cout);

@@ -162,8 +162,6 @@ void Engine::Admit(Request& request) {
     }
   }
   request.offered_blocks = request.state->full_blocks();
-  stats_.prompt_tokens += request.tokens.size();
-  stats_.cached_prompt_tokens += request.cached_tokens;
 }
 
 void Engine::Preempt(Request& request) {
@@ -240,6 +238,9 @@ std::vector<Engine::PlannedItem> Engine::Schedule(std::vector<RequestUpdate>& up
       break;
     }
     waiting_.pop_front();
+    stats_.prompt_tokens += r->tokens.size();
+    stats_.cached_prompt_tokens += r->cached_tokens;
+    if (prefix_cache_ && !r->params.return_logits) prefix_cache_->RecordLookup(r->tokens.size(), r->cached_tokens);
     auto at = std::find_if(running_.begin(), running_.end(),
                            [&](const Request* other) { return other->arrival > r->arrival; });
     running_.insert(at, r);

@@ -80,7 +80,6 @@ TEST_P(PrefixCacheTest, AdoptedPrefixGivesBitIdenticalLogits) {
   ASSERT_EQ(warm_logits.size(), (b.size() - hit) * vocab);
   EXPECT_EQ(0, std::memcmp(warm_logits.data(), cold_logits.data() + hit * vocab, warm_logits.size() * sizeof(float)))
       << "logits after a prefix-cache hit differ from a cold run";
-  EXPECT_EQ(cache.stats().hits, hit > 0 ? 1u : 0u);
 }
 
 // 8: shorter than a block (no hit); 17: just past the 16-token window; 100: a shared system
