@@ -72,6 +72,7 @@ void PrefixCache::Insert(std::span<const int32_t> tokens, const SequenceState& s
     if (layout_->compressed_page_bytes > 0) node.compressed_page = state.compressed_page(j);
     node.last_used = ++clock_;
     if (j > 0) ++nodes_.at(parent).children;
+    lru_.emplace(node.last_used, hash);
     nodes_.emplace(hash, std::move(node));
     parent = hash;
   }
@@ -104,7 +105,7 @@ int64_t PrefixCache::Attach(std::span<const int32_t> tokens, SequenceState& stat
     if (layout_->compressed_page_bytes > 0) compressed_pages.push_back(node.compressed_page);
   }
   // Parents end up more recent than their children, so leaves go first.
-  for (int64_t j = usable - 1; j >= 0; --j) chain[j].second->last_used = ++clock_;
+  for (int64_t j = usable - 1; j >= 0; --j) Touch(chain[j].first, *chain[j].second);
   state.AdoptBlocks(usable, window_pages, compressed_pages);
   return usable * block;
 }
@@ -116,8 +117,15 @@ void PrefixCache::RecordLookup(int64_t queried_tokens, int64_t hit_tokens) {
   stats_.hit_tokens += hit_tokens;
 }
 
+void PrefixCache::Touch(uint64_t hash, Node& node) {
+  lru_.erase({node.last_used, hash});
+  node.last_used = ++clock_;
+  lru_.emplace(node.last_used, hash);
+}
+
 void PrefixCache::Remove(uint64_t hash) {
   auto it = nodes_.find(hash);
+  lru_.erase({it->second.last_used, hash});
   if (it->second.has_parent) {
     auto parent = nodes_.find(it->second.parent_hash);
     if (parent != nodes_.end()) --parent->second.children;
@@ -128,30 +136,27 @@ void PrefixCache::Remove(uint64_t hash) {
 
 bool PrefixCache::EvictOne() {
   auto alone = [](const PageRef& page) { return page != nullptr && page.use_count() == 1; };
-  Node* best_leaf = nullptr;
-  uint64_t best_leaf_hash = 0;
-  Node* best_window = nullptr;
-  for (auto& [hash, node] : nodes_) {
-    if (node.children == 0 && (alone(node.window_page) || alone(node.compressed_page)) &&
-        (best_leaf == nullptr || node.last_used < best_leaf->last_used)) {
-      best_leaf = &node;
-      best_leaf_hash = hash;
-    }
-    if (alone(node.window_page) && (best_window == nullptr || node.last_used < best_window->last_used)) {
-      best_window = &node;
+  // Least recently used first; entries whose pages running sequences share free nothing.
+  for (const auto& [last_used, hash] : lru_) {
+    const Node& node = nodes_.at(hash);
+    if (node.children == 0 && (alone(node.window_page) || alone(node.compressed_page))) {
+      Remove(hash);
+      return true;
     }
   }
-  if (best_leaf != nullptr) {
-    Remove(best_leaf_hash);
-    return true;
-  }
-  if (best_window != nullptr) {
-    best_window->window_page.reset();
-    return true;
+  for (const auto& [last_used, hash] : lru_) {
+    Node& node = nodes_.at(hash);
+    if (alone(node.window_page)) {
+      node.window_page.reset();
+      return true;
+    }
   }
   return false;
 }
 
-void PrefixCache::Clear() { nodes_.clear(); }
+void PrefixCache::Clear() {
+  nodes_.clear();
+  lru_.clear();
+}
 
 }  // namespace deepinfer

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -63,9 +64,11 @@ class PrefixCache {
   // Walks the chain of `tokens`' full blocks from the start; stops at the first block not cached.
   std::vector<std::pair<uint64_t, Node*>> Chain(std::span<const int32_t> tokens, int64_t max_blocks);
   void Remove(uint64_t hash);
+  void Touch(uint64_t hash, Node& node);
 
   std::shared_ptr<const CacheLayout> layout_;
   std::unordered_map<uint64_t, Node> nodes_;
+  std::set<std::pair<uint64_t, uint64_t>> lru_;  // (last_used, hash), least recent first
   uint64_t clock_ = 0;
   Stats stats_;
 };

@@ -315,7 +315,7 @@ TEST_F(EngineTest, AbortFreesEverythingAndIsReportedOnce) {
 TEST_F(EngineTest, LoadTestWithRandomAbortsLeavesTheCacheEmpty) {
   std::mt19937 rng(2026);
   const CacheLayout layout = CacheLayout::For(model_->config(), 16);
-  const uint64_t budget = 24 * (layout.window_page_bytes + layout.compressed_page_bytes + layout.state_page_bytes);
+  const uint64_t budget = 14 * (layout.window_page_bytes + layout.compressed_page_bytes + layout.state_page_bytes);
   Engine engine(*model_, Ctx(),
                 EngineOptions{.max_step_tokens = 96, .max_running = 16, .kv_cache_memory = budget, .seed = 1});
   std::uniform_int_distribution<int> prompt_length(1, 64), output_length(1, 12), coin(0, 4);
