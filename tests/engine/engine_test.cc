@@ -244,6 +244,34 @@ TEST_F(EngineTest, MemoryBudgetTooSmallForAllStillCompletesEverythingExactly) {
   EXPECT_GT(stats.preemptions, 0u) << "the budget was meant to force preemption";
 }
 
+TEST_F(EngineTest, SharedSystemPromptHitsThePrefixCacheAndStaysExact) {
+  std::mt19937 rng(21);
+  const std::vector<int32_t> system_prompt = RandomTokens(rng, 100);
+  std::vector<Arrival> arrivals;
+  for (int i = 0; i < 6; ++i) {
+    Arrival a;
+    a.params.prompt = system_prompt;
+    const std::vector<int32_t> question = RandomTokens(rng, 5 + 3 * i);
+    a.params.prompt.insert(a.params.prompt.end(), question.begin(), question.end());
+    a.params.sampling = SamplingVariant(i);
+    a.params.stop.max_tokens = 6;
+    a.params.seed = 77 + i;
+    a.step = i == 0 ? 0 : 4;  // the first one warms the cache
+    arrivals.push_back(std::move(a));
+  }
+  const std::vector<Outcome> alone = Alone(arrivals);
+  Engine engine(*model_, Ctx());
+  const std::vector<Outcome> served = Serve(engine, arrivals, {0, 1, 2, 3, 4, 5});
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    EXPECT_TRUE(served[i] == alone[i]) << "request " << i;
+    // Every full 16-token block of the 100-token system prompt: 96 tokens.
+    EXPECT_EQ(served[i].cached_tokens, i == 0 ? 0 : 96) << "request " << i;
+  }
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.prefix.hits, 5u);
+  EXPECT_EQ(stats.cached_prompt_tokens, 5u * 96);
+}
+
 TEST_F(EngineTest, ARequestThatCannotFitAloneFailsWithAReason) {
   const CacheLayout layout = CacheLayout::For(model_->config(), 16);
   Engine engine(*model_, Ctx(), EngineOptions{.kv_cache_memory = static_cast<uint64_t>(layout.window_page_bytes)});
