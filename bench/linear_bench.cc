@@ -283,9 +283,9 @@ std::vector<float> Activations(int64_t m, int64_t k) {
 
 enum class Path { kDefault, kAvx512Fma, kAvx2, kScalar };
 
-// Args: {M, threads}.
+// Args: {M, threads}. `dense`: FP8 weights through DenseLinear (no activation quantization).
 void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Path path, bool dense_round,
-               int64_t misalign = 0) {
+               int64_t misalign = 0, bool dense = false) {
   const int64_t m = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   ThreadPool& pool = Pool(threads);
@@ -305,7 +305,7 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
     const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];
     if (path == Path::kAvx512Fma) {
       QuantizedLinearAvx512(w, x.data(), m, y.data(), pool, /*bf16_dot=*/false);
-    } else if (w.quantized()) {
+    } else if (w.quantized() && !dense) {
       QuantizedLinear(w, x.data(), m, y.data(), ctx);
     } else {
       DenseLinear(w, x.data(), m, y.data(), dense_round, ctx);
@@ -331,7 +331,13 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304
     ->Args({1, 1})
     ->Args({1, 2})
     ->Args({4, 2})
+    ->Args({5, 2})
+    ->Args({6, 1})
+    ->Args({6, 2})
+    ->Args({9, 2})
+    ->Args({16, 1})
     ->Args({16, 2})
+    ->Args({512, 1})
     ->Args({512, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fma,
@@ -375,11 +381,25 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_misaligned16, MatrixFormat::kFP8
                   true, 16)
     ->Args({1, 2})
     ->Apply(Configure);
+// The grouped output projection wo_a, one group (1024 x 4096) as attention calls it: DenseLinear
+// with bf16 rounding, on the FP8 checkpoint bytes (decoded on the fly) vs the former bf16 copy.
+BENCHMARK_CAPTURE(RunLinear, fp8_dense_wo_a_1024x4096, MatrixFormat::kFP8Block32, 1024, 4096, Path::kDefault, true, 0,
+                  /*dense=*/true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, bf16_wo_a_1024x4096, MatrixFormat::kBF16, 1024, 4096, Path::kDefault, true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
 // Output head (129280 x 5120), BF16 weights, fp32 logits; prefill-sized M on an 8192-row slice.
 BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280, 5120, Path::kDefault, false)
     ->Args({1, 1})
     ->Args({1, 2})
     ->Args({4, 2})
+    ->Args({16, 1})
     ->Args({16, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)

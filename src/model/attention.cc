@@ -170,7 +170,8 @@ void Model::Attention(int layer, const Batch& batch, const std::vector<float>& x
     RopeHeads(o.data() + r * heads * head_dim, heads, head_dim, rope, batch.rows[r].position, /*inverse=*/true);
   }
 
-  // Grouped wo_a (block-diagonal over o_groups, bf16 x bf16, no act quant), then wo_b.
+  // Grouped wo_a (block-diagonal over o_groups; its FP8 blocks decoded to their exact bf16 values,
+  // bf16 activations, no act quant: the reference converts wo_a to bf16), then wo_b.
   const int64_t group_in = heads * head_dim / c.o_groups;
   std::vector<float> grouped(rows * c.o_groups * c.o_lora_rank);
   std::vector<float> group_input(rows * group_in), group_output(rows * c.o_lora_rank);

@@ -83,7 +83,6 @@ std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOpti
   CheckEngineConstraints(config);
   Checkpoint checkpoint = Checkpoint::Open(model_dir);
   ModelWeights weights = BindWeights(config, checkpoint, model_dir);
-  DequantizeGroupedOutput(weights);
   std::optional<EngramHasher> hasher;
   if (!config.engram_layer_ids.empty()) {
     const std::string tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();

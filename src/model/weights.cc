@@ -229,22 +229,6 @@ void ForEachExpectedTensor(const ModelConfig& c, const std::function<void(const 
   }
 }
 
-void DequantizeGroupedOutput(ModelWeights& weights) {
-  for (LayerWeights& layer : weights.layers) {
-    WeightMatrix& wo_a = layer.attn.wo_a;
-    if (wo_a.format != MatrixFormat::kFP8Block32) continue;
-    std::vector<bf16_t>& dense = weights.owned.emplace_back(wo_a.rows * wo_a.cols);
-    std::vector<float> row(wo_a.cols);
-    for (int64_t r = 0; r < wo_a.rows; ++r) {
-      wo_a.DequantizedRow(r, row.data());
-      for (int64_t c = 0; c < wo_a.cols; ++c) dense[r * wo_a.cols + c] = FloatToBF16(row[c]);
-    }
-    wo_a.format = MatrixFormat::kBF16;
-    wo_a.data = reinterpret_cast<const uint8_t*>(dense.data());
-    wo_a.scales = nullptr;
-  }
-}
-
 std::vector<std::string> CheckTensors(const ModelConfig& config, const Checkpoint& checkpoint) {
   std::vector<std::string> problems;
   ForEachExpectedTensor(config, [&](const ExpectedTensor& t) {

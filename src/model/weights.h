@@ -90,8 +90,6 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  // Buffers for weights held in another form than on disk (see DequantizeGroupedOutput).
-  std::vector<std::vector<bf16_t>> owned;
   WeightMatrix embed;  // [V, D]
   std::vector<float> norm;
   WeightMatrix head;  // [V, D]
@@ -101,11 +99,6 @@ struct ModelWeights {
 // Validates the checkpoint against the config and binds every backbone tensor. Throws one
 // Error listing all problems ("<dir>: 3 tensor problems: ...").
 ModelWeights BindWeights(const ModelConfig& config, const Checkpoint& checkpoint, const std::string& origin);
-
-// wo_a multiplies bf16 activations with no activation quantization (the reference's convert.py
-// dequantizes it to bf16), so its FP8 blocks are expanded to bf16 once here and the grouped
-// output projection runs on the dense bf16 kernels. Exact: e4m3 x 2^k fits bf16.
-void DequantizeGroupedOutput(ModelWeights& weights);
 
 // Every problem of the checkpoint against the config (empty when valid), for `inspect`.
 std::vector<std::string> CheckTensors(const ModelConfig& config, const Checkpoint& checkpoint);

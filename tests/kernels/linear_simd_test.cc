@@ -289,6 +289,105 @@ TEST(LinearSimd, DenseMatchesScalarOracle) {
   }
 }
 
+// ---- dense FP8: the bf16 dequantization, read as FP8 ----------------------------------------------
+
+// FP8 [n, k] (k need not be a multiple of 32) with scale bytes drawn from `scale_bytes`, every
+// code including NaN, rows `offset` bytes into the buffer.
+TestMatrix MakeFp8Any(int64_t n, int64_t k, const std::vector<uint8_t>& scale_bytes, std::mt19937_64& rng,
+                      int64_t offset) {
+  TestMatrix t;
+  t.data.resize(n * k + offset);
+  for (uint8_t& b : t.data) b = static_cast<uint8_t>(rng());
+  t.scales.resize(((n + kQuantBlock - 1) / kQuantBlock) * ((k + kQuantBlock - 1) / kQuantBlock));
+  for (uint8_t& s : t.scales) s = scale_bytes[rng() % scale_bytes.size()];
+  t.w = WeightMatrix{MatrixFormat::kFP8Block32, n, k, t.data.data() + offset, t.scales.data()};
+  return t;
+}
+
+// What the reference's convert.py stores: FloatToBF16 of every dequantized element.
+TestMatrix Bf16Dequantization(const WeightMatrix& w) {
+  TestMatrix t;
+  t.data.resize(w.rows * w.cols * 2 + 1);  // odd address, like MakeDense
+  std::vector<float> row(w.cols);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    w.DequantizedRow(n, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const bf16_t b = FloatToBF16(row[c]);
+      std::memcpy(t.data.data() + 1 + 2 * (n * w.cols + c), &b, 2);
+    }
+  }
+  t.w = WeightMatrix{MatrixFormat::kBF16, w.rows, w.cols, t.data.data() + 1, nullptr};
+  return t;
+}
+
+// Equal bits, except that any NaN equals any NaN (the scalar oracle does not canonicalise NaN).
+void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  int failures = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Bits(a[i]) == Bits(b[i]) || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
+    if (++failures <= 5) ADD_FAILURE() << what << " element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+// DenseLinear on FP8 weights gives exactly the bits of DenseLinear on their bf16 dequantization,
+// on every target and the scalar level, for M = 1..17, 1..3 threads, ragged shapes, row slices,
+// NaN codes and scales outside the range the decoders handle (which take the bf16 route).
+TEST(LinearSimd, DenseFp8IsBitIdenticalToItsBf16Dequantization) {
+  std::mt19937_64 rng(13);
+  const std::vector<uint8_t> usual = {118, 120, 121, 124, 127, 130};
+  const std::vector<uint8_t> extreme = {0, 1, 9, 10, 120, 245, 246, 254, 255};
+  struct Case {
+    int64_t n, k;
+    const std::vector<uint8_t>* scales;
+  };
+  const std::vector<Case> cases = {{1, 32, &usual},    {45, 96, &usual}, {77, 100, &usual},   {100, 544, &usual},
+                                   {64, 4096, &usual}, {33, 5, &usual},  {40, 130, &extreme}, {96, 256, &extreme}};
+  std::vector<IsaLevel> levels = SupportedIsaLevels();
+  int64_t offset = 0;
+  for (const Case& c : cases) {
+    const TestMatrix fp8 = MakeFp8Any(c.n, c.k, *c.scales, rng, offset++ % 3 * 5);
+    const TestMatrix bf16 = Bf16Dequantization(fp8.w);
+    std::vector<float> x(17 * c.k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : x) v = normal(rng);  // fp32, not bf16-exact
+    for (IsaLevel isa : levels) {
+      for (int threads = 1; threads <= 3; ++threads) {
+        ThreadPool pool(threads);
+        const ComputeContext ctx{pool, isa};
+        for (int64_t m = 1; m <= 17; ++m) {
+          if (threads == 3 && m % 4 != 1) continue;  // bound the run time
+          for (bool round : {true, false}) {
+            std::vector<float> ours(m * c.n), expected(m * c.n);
+            DenseLinear(fp8.w, x.data(), m, ours.data(), round, ctx);
+            DenseLinear(bf16.w, x.data(), m, expected.data(), round, ctx);
+            ExpectSameBits(ours, expected,
+                           std::string(IsaName(isa)) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                               " M=" + std::to_string(m) + " threads=" + std::to_string(threads) +
+                               (round ? " rounded" : " fp32"));
+          }
+        }
+      }
+    }
+  }
+  // wo_a's use: 32-row-aligned slices of a bigger matrix.
+  const TestMatrix fp8 = MakeFp8Any(256, 512, usual, rng, 3);
+  const TestMatrix bf16 = Bf16Dequantization(fp8.w);
+  std::vector<float> x(5 * 512);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = RoundToBF16(normal(rng));
+  ThreadPool pool(2);
+  for (IsaLevel isa : levels) {
+    const ComputeContext ctx{pool, isa};
+    for (int64_t g = 0; g < 4; ++g) {
+      std::vector<float> ours(5 * 64), expected(5 * 64);
+      DenseLinear(fp8.w.RowSlice(g * 64, 64), x.data(), 5, ours.data(), true, ctx);
+      DenseLinear(bf16.w.RowSlice(g * 64, 64), x.data(), 5, expected.data(), true, ctx);
+      ExpectSameBits(ours, expected, std::string(IsaName(isa)) + " slice " + std::to_string(g));
+    }
+  }
+}
+
 // ---- batch invariance ----------------------------------------------------------------------------
 
 void ExpectRowsEqual(const std::vector<float>& a, int64_t ra, const std::vector<float>& b, int64_t rb, int64_t n,
@@ -336,6 +435,59 @@ TEST(LinearSimd, BatchAndThreadInvariantBitwiseAcrossPathsAndTargets) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (float& v : x) v = normal(rng);
     CheckInvariance(w.w, x, 37, true, s.format == MatrixFormat::kBF16 ? "bf16" : "f32");
+  }
+}
+
+// Every loop structure (GEMV tiles of 16/8/4 rows, their FP8 remainder tiles inside 32-row blocks,
+// GEMM panels with 1-3-row tail tiles) on every format and target: for M = 1..17 and 1..3
+// threads, each output row has the bits of that row computed alone, on one thread, by the first
+// target. The shapes give each thread strided tiles plus remainders (FP8: 1094 rows = 2 x 547);
+// wide weight scales make most quantized sums inexact, so an order change would show.
+TEST(LinearSimd, EveryRowMatchesItselfAloneForM1To17AndThreads1To3) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(17);
+  struct Case {
+    MatrixFormat format;
+    int64_t n, k;
+    bool dense;
+  };
+  const std::vector<Case> cases = {
+      {MatrixFormat::kFP8Block32, 1094, 128, false}, {MatrixFormat::kFP8Block32, 70, 1280, false},
+      {MatrixFormat::kFP4Row32, 75, 2304, false},    {MatrixFormat::kBF16, 53, 333, true},
+      {MatrixFormat::kF32, 21, 100, true},           {MatrixFormat::kFP8Block32, 101, 200, true}};
+  for (const Case& c : cases) {
+    TestMatrix w;
+    if (c.dense && c.format == MatrixFormat::kFP8Block32) {
+      w = MakeFp8Any(c.n, c.k, {118, 121, 124, 127}, rng, 1);
+    } else if (c.dense) {
+      w = MakeDense(c.format, c.n, c.k, rng);
+    } else {
+      w = MakeQuantized(c.format, c.n, c.k, rng, 60, 190);  // wide scales: most sums inexact
+    }
+    std::vector<float> x = MakeActivations(17, c.k, rng);
+    if (c.dense) {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+    }
+    auto run = [&](const Target& t, const float* xr, int64_t rows, int threads) {
+      // Dense outputs stay fp32, so that any change of operation order shows.
+      return c.dense ? RunDense(t, w.w, xr, rows, false, threads) : RunQuantized(t, w.w, xr, rows, threads);
+    };
+    std::vector<std::vector<float>> alone;
+    for (int64_t r = 0; r < 17; ++r) alone.push_back(run(Targets()[0], x.data() + r * c.k, 1, 1));
+    for (const Target& t : Targets()) {
+      for (int threads = 1; threads <= 3; ++threads) {
+        for (int64_t m = 1; m <= 17; ++m) {
+          const std::vector<float> all = run(t, x.data(), m, threads);
+          for (int64_t r = 0; r < m; ++r) {
+            ExpectRowsEqual(alone[r], 0, all, r, c.n,
+                            t.name + " format " + std::to_string(static_cast<int>(c.format)) +
+                                (c.dense ? " dense" : "") + " N=" + std::to_string(c.n) + " M=" + std::to_string(m) +
+                                " row " + std::to_string(r) + " threads " + std::to_string(threads));
+          }
+        }
+      }
+    }
   }
 }
 

@@ -53,14 +53,20 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
 
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
                  const ComputeContext& ctx) {
-  if (ctx.isa != IsaLevel::kScalar && !w.quantized()) {
+  if (ctx.isa != IsaLevel::kScalar && w.format != MatrixFormat::kFP4Row32) {
     if (ctx.isa == IsaLevel::kAvx512) return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool);
     return DenseLinearAvx2(w, x, m, y, round_to_bf16, ctx.pool);
   }
+  const bool fp8 = w.format == MatrixFormat::kFP8Block32;
   ctx.pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
     std::vector<float> w_row(w.cols);
     for (size_t n = begin; n < end; ++n) {
       w.DequantizedRow(n, w_row.data());
+      // FP8 weights as the reference's convert.py leaves them: dequantized to bf16 (exact except
+      // where a scale makes the fp32 product subnormal, overflow or NaN).
+      if (fp8) {
+        for (int64_t k = 0; k < w.cols; ++k) w_row[k] = RoundToBF16(w_row[k]);
+      }
       for (int64_t r = 0; r < m; ++r) {
         const float* xr = x + r * w.cols;
         float acc = 0.0f;

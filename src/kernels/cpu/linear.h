@@ -17,7 +17,9 @@ namespace deepinfer {
 void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx);
 
 // Plain dot products in fp32 over dequantized weights (F.linear). With round_to_bf16 the
-// output is rounded as a bf16 GEMM's would be; without, it stays fp32.
+// output is rounded as a bf16 GEMM's would be; without, it stays fp32. FP8 weights count as
+// their bf16 dequantization (what the reference's convert.py stores for wo_a): the results are
+// bit-identical to DenseLinear on that bf16 matrix, while the SIMD paths read the FP8 bytes.
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
                  const ComputeContext& ctx);
 

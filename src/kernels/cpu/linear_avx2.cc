@@ -138,7 +138,15 @@ struct Decoder {
       even = Fp4Values(_mm256_srlv_epi32(bytes, shift_even), table);
       odd = Fp4Values(_mm256_srlv_epi32(bytes, _mm256_add_epi32(shift_even, _mm256_set1_epi32(16))), table);
     } else if constexpr (F == MatrixFormat::kFP8Block32) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rs.row[n] + g * 32 + 16 * h));
+      const uint8_t* p = rs.row[n] + g * kGroup;
+      alignas(16) uint8_t padded[kGroup];
+      const int64_t left = k - g * kGroup;
+      if (left < kGroup) {  // only dense FP8 (DenseLinear) has a partial group; zeros decode to +0
+        std::memset(padded, 0, sizeof(padded));
+        std::memcpy(padded, p, static_cast<size_t>(left));
+        p = padded;
+      }
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h));
       const __m256 s = _mm256_set1_ps(rs.scale[n][g]);
       even = _mm256_mul_ps(E4M3Times2PowMinus8(_mm_shuffle_epi8(
                                bytes, _mm_setr_epi8(-1, 0, -1, 2, -1, 4, -1, 6, -1, 8, -1, 10, -1, 12, -1, 14))),

@@ -4,9 +4,12 @@
 //
 // Two loop structures, chosen by M only (the results are the same bits either way):
 //   * M <= 4, "streaming" (GEMV): tiles of 16/8/4 weight rows x M activation rows; each weight group
-//     is decoded once, in registers, and used for all M rows. The weights are read once per call.
+//     is decoded once, in registers, and used for all M rows. The weights are read once per call,
+//     with software prefetch ahead of every tile row.
 //   * M > 4, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
-//     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs.
+//     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs
+//     (M % 4 leftover rows: a 1-3 row tile, no padding work).
+// DenseLinear also takes FP8 weights (wo_a): they decode to exactly their bf16 dequantization.
 // Instruction choice, measured on this Xeon (linear_bench, and the notes at each decoder):
 // vdpbf16ps does the work of two FMAs but runs at one per ~2 cycles and keeps both vector ports
 // busy meanwhile, so it only pays where it saves decode work: FP8 GEMV (bf16 words come straight
@@ -28,8 +31,6 @@ namespace {
 using linear_simd::ExpRange;
 using linear_simd::Job;
 using linear_simd::kGroup;
-using linear_simd::kPanelM;
-using linear_simd::kPanelN;
 using linear_simd::PairK;
 
 struct Avx512;
@@ -156,8 +157,8 @@ constexpr Fp8ConstSet MakeFp8Consts() {
 }
 constexpr Fp8ConstSet kFp8Consts = MakeFp8Consts();
 
-inline __m512i DecodeE4M3(const uint8_t* p, uint8_t scale) {
-  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+inline __m512i DecodeE4M3Bytes(__m256i bytes, uint8_t scale) {
+  const __m512i b = _mm512_cvtepu8_epi16(bytes);
   const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
   __m512i bits =
       _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi32(static_cast<int>(kFp8Consts.bias[scale])));
@@ -168,6 +169,9 @@ inline __m512i DecodeE4M3(const uint8_t* p, uint8_t scale) {
   // bits | (b << 8 & 0x8000): the sign.
   return _mm512_ternarylogic_epi32(bits, _mm512_slli_epi16(b, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
                                    0xf8);
+}
+inline __m512i DecodeE4M3(const uint8_t* p, uint8_t scale) {
+  return DecodeE4M3Bytes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), scale);
 }
 
 // e2m1 * 2^(s-127) -> fp32, even and odd pair members directly: the 16 bytes are broadcast to the
@@ -244,7 +248,10 @@ struct FmaDecoder {
     if constexpr (F == MatrixFormat::kFP4Row32) {
       DecodeFp4(p, ue8m0, shifts, even, odd);
     } else if constexpr (F == MatrixFormat::kFP8Block32) {
-      const __m512i w = DecodeE4M3(p, ue8m0);
+      // Only dense FP8 (DenseLinear) can end in a partial group; its padding decodes to +0.
+      const int64_t left = k - g * kGroup;
+      const __m512i w =
+          left >= kGroup ? DecodeE4M3(p, ue8m0) : DecodeE4M3Bytes(_mm256_maskz_loadu_epi8((1u << left) - 1, p), ue8m0);
       even = EvenOf(w), odd = OddOf(w);
     } else if constexpr (F == MatrixFormat::kBF16) {
       const int64_t left = k - g * kGroup;
@@ -262,6 +269,15 @@ struct FmaDecoder {
 
 // ---- streaming tiles (M <= 4) -------------------------------------------------------------------
 
+// Each tile row prefetches its own stream this many bytes ahead (one prefetch per cache line).
+// The hardware prefetchers alone left the FP8 GEMV (vdpbf16ps, whose decode costs about as much
+// core time as the DRAM transfer) at ~60% of the read bandwidth; measured with 2 threads on the
+// V4.1 shapes: FP8 +45%, BF16 head +14%, FP4 unchanged; 512 to 2048 bytes all work.
+#ifndef DI_PF
+#define DI_PF 512
+#endif
+constexpr int64_t kStreamPrefetch = DI_PF;
+
 // FP8: NR weight rows x MR activation rows with vdpbf16ps; x: MR rows of bf16 pairs, stride
 // xstride. Each weight group is decoded and used at once (few live registers, so NR can be 16).
 template <int NR, int MR>
@@ -275,6 +291,7 @@ void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t group
     const uint8_t* p = t.row0 + g * 32;
     const uint8_t* sc = t.scales0 + g;
     for (int n = 0; n < NR; ++n) {
+      if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
       const __m512i w = DecodeE4M3(p, *sc);
       p += t.stride;
       Opaque(p);
@@ -302,6 +319,7 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
     const uint8_t* p = t.row0 + g * GroupBytes(F);
     const uint8_t* sc = t.scales0 + g;
     for (int n = 0; n < NR; ++n) {
+      if ((g * GroupBytes(F)) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
       __m512 we, wo;
       dec.Load(p, kQuantized<F> ? *sc : 0, g, we, wo);
       p += t.stride;
@@ -316,24 +334,6 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
   for (int r = 0; r < MR; ++r)
     for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
 }
-
-constexpr int64_t kChunkGroups = 32;  // GEMM K chunk: 4 panel rows x 32 groups = 16 KiB, stays in L1
-
-// Activation rows per GEMM block: their canonical fp32 rows (xstride floats each) should stay in
-// L2 (~1 MiB) while all of a thread's panels pass over them.
-int64_t MBlock(int64_t groups) {
-  return std::clamp<int64_t>((1 << 20) / (groups * kGroup * 4) / kPanelM * kPanelM, kPanelM, 128);
-}
-
-// Per-thread scratch of the GEMM path (the streaming tiles need none): a decoded K chunk of the
-// panel [kChunkGroups][kPanelN][32] fp32, then the parked accumulators [m_block / 4][16] zmm.
-struct Scratch {
-  static constexpr int64_t kPanelFloats = kChunkGroups * kPanelN * kGroup;
-  static size_t Bytes(int64_t groups, int64_t m) {
-    if (m <= linear_simd::kStreamMaxM) return 0;
-    return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(MBlock(groups) / kPanelM * 16);
-  }
-};
 
 constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
   return f == MatrixFormat::kFP4Row32     ? cols / 2
@@ -362,16 +362,13 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
     const int64_t scale_stride = kFp8 ? stride_rows / kQuantBlock * w.scale_cols() : stride_rows * w.scale_cols();
     const TileRows t{w.data + first * row_bytes, stride_rows * row_bytes,
                      kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
-    if constexpr (kFp8) {
-      if (dp) {
-        nr == kNR ? TileDp<kNR, MR>(t, job.xb, groups * 16, groups, out)
-                  : TileDp<1, MR>(t, job.xb, groups * 16, groups, out);
-      } else {
-        nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out)
-                  : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
-      }
+    if (kFp8 && dp) {
+      nr == kNR ? TileDp<kNR, MR>(t, job.xb, groups * 16, groups, out)
+      : nr == 4 ? TileDp<4, MR>(t, job.xb, groups * 16, groups, out)
+                : TileDp<1, MR>(t, job.xb, groups * 16, groups, out);
     } else {
       nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out)
+      : nr == 4 ? TileFma<F, 4, MR>(t, dec, job.xs, xstride, groups, out)
                 : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
     }
     for (int r = 0; r < MR; ++r) {
@@ -381,33 +378,79 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   const int64_t unit = kFp8 ? kQuantBlock : 1;
   const int64_t slice = (n_end - n_begin) / kNR / unit * unit;
   for (int64_t t = 0; t < slice; ++t) run_tile(n_begin + t, slice, kNR);
-  for (int64_t n = n_begin + kNR * slice; n < n_end; ++n) run_tile(n, 1, 1);
+  // The rest (all of it when the range is under kNR * 32 FP8 rows, e.g. wkv's 256 rows a thread):
+  // contiguous tiles, inside one 32-row block for FP8 so that their rows share its scales (one
+  // row at a time would leave the accumulator chain latency-bound).
+  for (int64_t n = n_begin + kNR * slice; n < n_end;) {
+    const int64_t stop = kFp8 ? std::min(n_end, (n / kQuantBlock + 1) * kQuantBlock) : n_end;
+    const int nr = stop - n >= kNR ? kNR : stop - n >= 4 ? 4 : 1;
+    run_tile(n, 1, nr);
+    n += nr;
+  }
 }
 
 // ---- panel GEMM (M > 4) --------------------------------------------------------------------
 
-// 4 activation rows x 4 panel rows over groups [0, groups) of a K chunk; the accumulators are
-// carried across chunks in `acc` (zero for the first chunk), so each lane still sees one chain.
-// Meanwhile it prefetches `prefetch_lines` cache lines from `prefetch` (one per group), the next
-// panel's weights, so that small M does not wait for DRAM in the next panel's decode.
-void Micro4x4(const float* panel, const float* x, int64_t xstride, int64_t groups, __m512* acc_io, const char* prefetch,
+using linear_simd::kPanelM;
+using linear_simd::kPanelN;
+
+constexpr int64_t kChunkGroups = 32;  // GEMM K chunk: 4 panel rows x 32 groups = 16 KiB, stays in L1
+
+// Activation rows per GEMM block: their canonical fp32 rows should stay in L2 (~1 MiB) while all of
+// a thread's panels pass over them.
+int64_t MBlock(int64_t groups) {
+  return std::clamp<int64_t>((1 << 20) / (groups * kGroup * 4) / kPanelM * kPanelM, kPanelM, 128);
+}
+
+// Per-thread scratch of the GEMM path (the streaming tiles need none): a decoded K chunk of the
+// panel [kChunkGroups][kPanelN][32] fp32, then the parked accumulators [m_block / 4][16] zmm.
+struct Scratch {
+  static constexpr int64_t kPanelFloats = kChunkGroups * kPanelN * kGroup;
+  static size_t Bytes(int64_t groups, int64_t m) {
+    if (m <= linear_simd::kStreamMaxM) return 0;
+    return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(MBlock(groups) / kPanelM * 16);
+  }
+};
+
+// MR (1-4) activation rows x 4 panel rows over groups [0, groups) of a K chunk; the accumulators
+// are carried across chunks in `acc_io` ([MR][4] zmm; zero for the first chunk), so each lane
+// still sees one chain. Meanwhile it prefetches `prefetch_lines` cache lines from `prefetch` (one
+// per group), the next panel's weights, so that small M does not wait for DRAM in the next
+// panel's decode. A tail tile of M % 4 rows runs MR < 4 instead of zero-padded rows: the routed
+// experts of a batch-16 decode step see M ~ 2-10, where padding to 8 cost up to 37% of the FMAs.
+template <int MR>
+void MicroMx4(const float* panel, const float* x, int64_t xstride, int64_t groups, __m512* acc_io, const char* prefetch,
               int64_t prefetch_lines) {
-  __m512 acc[4][4];
-  for (int i = 0; i < 16; ++i) acc[i / 4][i % 4] = _mm512_load_ps(reinterpret_cast<const float*>(acc_io + i));
+  __m512 acc[MR][4];
+  for (int i = 0; i < MR * 4; ++i) acc[i / 4][i % 4] = _mm512_load_ps(reinterpret_cast<const float*>(acc_io + i));
   for (int64_t g = 0; g < groups; ++g) {
     if (g < prefetch_lines) _mm_prefetch(prefetch + g * 64, _MM_HINT_T1);
     const float* p = panel + g * kPanelN * kGroup;
-    __m512 xe[4], xo[4];
-    for (int r = 0; r < 4; ++r)
+    __m512 xe[MR], xo[MR];
+    for (int r = 0; r < MR; ++r)
       xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
     for (int n = 0; n < 4; ++n) {
       const __m512 wo = _mm512_load_ps(p + n * kGroup + 16);
-      for (int r = 0; r < 4; ++r) acc[r][n] = _mm512_fmadd_ps(xo[r], wo, acc[r][n]);
+      for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_fmadd_ps(xo[r], wo, acc[r][n]);
       const __m512 we = _mm512_load_ps(p + n * kGroup);
-      for (int r = 0; r < 4; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, acc[r][n]);
+      for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, acc[r][n]);
     }
   }
-  for (int i = 0; i < 16; ++i) _mm512_store_ps(reinterpret_cast<float*>(acc_io + i), acc[i / 4][i % 4]);
+  for (int i = 0; i < MR * 4; ++i) _mm512_store_ps(reinterpret_cast<float*>(acc_io + i), acc[i / 4][i % 4]);
+}
+
+void Micro(int64_t mr, const float* panel, const float* x, int64_t xstride, int64_t groups, __m512* acc,
+           const char* prefetch, int64_t prefetch_lines) {
+  switch (mr) {
+    case 1:
+      return MicroMx4<1>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+    case 2:
+      return MicroMx4<2>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+    case 3:
+      return MicroMx4<3>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+    default:
+      return MicroMx4<4>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+  }
 }
 
 // Weight rows [n_begin, n_end), m > 4. Per block of activation rows (their canonical rows stay in
@@ -427,7 +470,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelN) {
       const int nr = static_cast<int>(std::min<int64_t>(kPanelN, n_end - n0));
       for (int64_t i = 0; i < (m1 - m0) / kPanelM * 16; ++i) acc[i] = _mm512_setzero_ps();
-      // The next panel's rows are contiguous; spread their lines over this panel's Micro4x4 calls.
+      // The next panel's rows are contiguous; spread their lines over this panel's Micro calls.
       const char* next = reinterpret_cast<const char*>(w.data + std::min(n0 + kPanelN, n_end) * row_bytes);
       const int64_t next_lines =
           (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64;
@@ -450,8 +493,8 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __
         }
         for (int64_t r0 = m0; r0 < m1; r0 += kPanelM, ++call) {
           const int64_t first_line = std::min(call * per_call, next_lines);
-          Micro4x4(panel, job.xs + r0 * xstride + g0 * kGroup, xstride, gc, acc + (r0 - m0) / kPanelM * 16,
-                   next + first_line * 64, std::min(per_call, next_lines - first_line));
+          Micro(std::min(kPanelM, job.m - r0), panel, job.xs + r0 * xstride + g0 * kGroup, xstride, gc,
+                acc + (r0 - m0) / kPanelM * 16, next + first_line * 64, std::min(per_call, next_lines - first_line));
         }
       }
       for (int64_t r = m0; r < std::min(m1, job.m); ++r) {
@@ -512,7 +555,7 @@ struct PrepQuantFn {
 template <MatrixFormat F>
 struct PrepDenseFn {
   static int Call(const float* x, int64_t k, float* xs) {
-    if constexpr (F == MatrixFormat::kBF16 || F == MatrixFormat::kF32) PrepareDense<F>(x, k, xs);
+    if constexpr (F != MatrixFormat::kFP4Row32) PrepareDense<F>(x, k, xs);
     return 0;
   }
 };

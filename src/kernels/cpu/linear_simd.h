@@ -164,8 +164,20 @@ class Driver {
     });
   }
 
+  // BF16, F32, or FP8 weights standing for their bf16 dequantization (DenseLinear).
   static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool) {
     if (m == 0 || w.rows == 0) return;
+    if (w.format == MatrixFormat::kFP8Block32 && !Fp8DecodesToBf16(w)) {
+      // Scales where e4m3 * 2^s is not a normal bf16: run on the bf16 dequantization itself.
+      Array<bf16_t> dense(w.rows * w.cols);
+      Array<float> row(w.cols);
+      for (int64_t n = 0; n < w.rows; ++n) {
+        w.DequantizedRow(n, row.data());
+        for (int64_t c = 0; c < w.cols; ++c) dense[n * w.cols + c] = FloatToBF16(row[c]);
+      }
+      const WeightMatrix bf16{MatrixFormat::kBF16, w.rows, w.cols, reinterpret_cast<const uint8_t*>(dense.data())};
+      return Dense(bf16, x, m, y, round_to_bf16, pool);
+    }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
     Array<float> xs = Activations(m, groups);
     ForRows(pool, m, groups, [&](int64_t r) {
@@ -201,6 +213,14 @@ class Driver {
   };
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+  // Whether every e4m3 code times its block scale is a normal bf16 (or zero / NaN for the NaN
+  // codes): then the kernels' FP8 decoders produce exactly FloatToBF16(E4M3ToFloat(c) * scale).
+  // Scale bytes 10..245 (the FoldIsExact weight range).
+  static bool Fp8DecodesToBf16(const WeightMatrix& w) {
+    const ExpRange b = Isa::ScaleRange(w.scales, (w.rows + kQuantBlock - 1) / kQuantBlock * w.scale_cols());
+    return b.lo >= -117 && b.hi <= 118;
+  }
 
   // Canonical activation rows; for the GEMM path m is rounded up to its tile with zero rows.
   static Array<float> Activations(int64_t m, int64_t groups) {
