@@ -17,7 +17,8 @@ struct Engine::Request {
   StopChecker stop;
   std::optional<SequenceState> state;  // while running
   int64_t cached_tokens = 0;
-  int64_t offered_blocks = 0;  // full blocks already offered to the prefix cache
+  int64_t offered_blocks = 0;   // full blocks already offered to the prefix cache
+  int64_t logits_returned = 0;  // positions whose logits went out (a recompute does not resend)
 
   Request(RequestId id_, uint64_t arrival_, RequestParams params_, uint64_t seed, int eos, const Tokenizer* tokenizer)
       : id(id_),
@@ -303,11 +304,21 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     const std::span<const float> returned(logits.data() + row * vocab, rows * vocab);
     row += rows;
     const std::span<const float> row_logits = returned.last(vocab);
+    // With return_logits: the rows of positions not handed back before (after a preemption the
+    // recompute produces them again, bit-identical).
+    std::span<const float> fresh;
+    if (items[i].all_logits) {
+      const int64_t first_position = state.length - plan[i].tokens;
+      const int64_t skip = std::clamp<int64_t>(r.logits_returned - first_position, 0, plan[i].tokens);
+      fresh = returned.subspan(skip * vocab);
+      r.logits_returned = std::max(r.logits_returned, state.length);
+    }
     if (state.length < static_cast<int64_t>(r.tokens.size())) {  // a prefill chunk: only logits to hand back
+      if (fresh.empty()) continue;
       RequestUpdate& update = updates.emplace_back();
       update.id = r.id;
       update.prompt_tokens = r.prompt_length;
-      update.logits.assign(returned.begin(), returned.end());
+      update.logits.assign(fresh.begin(), fresh.end());
       continue;
     }
     SampleResult sample;
@@ -329,7 +340,7 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     update.cached_tokens = r.cached_tokens;
     update.tokens.push_back({sample.token, sample.logprob, std::move(sample.top_logprobs)});
     update.text = std::move(stop.text);
-    if (r.params.return_logits) update.logits.assign(returned.begin(), returned.end());
+    update.logits.assign(fresh.begin(), fresh.end());
     if (stop.finished()) {
       Finish(r, stop.finish, "", updates);
     } else if (static_cast<int64_t>(r.tokens.size()) > model_.max_context()) {

@@ -272,6 +272,47 @@ TEST_F(EngineTest, SharedSystemPromptHitsThePrefixCacheAndStaysExact) {
   EXPECT_EQ(stats.cached_prompt_tokens, 5u * 96);
 }
 
+// return_logits hands back every position's logits exactly once, even when a preemption makes
+// the engine recompute positions it already returned.
+TEST_F(EngineTest, ReturnedLogitsSurvivePreemptionUnchanged) {
+  std::mt19937 rng(31);
+  std::vector<RequestParams> requests;
+  for (int i = 0; i < 4; ++i) {
+    RequestParams p{.prompt = RandomTokens(rng, 50 + 7 * i)};
+    p.stop.max_tokens = 10;
+    p.stop.ignore_eos = true;
+    p.return_logits = true;
+    requests.push_back(std::move(p));
+  }
+  auto run = [&](const EngineOptions& options, std::vector<RequestParams> batch) {
+    Engine engine(*model_, Ctx(), options);
+    std::map<RequestId, std::vector<float>> logits;
+    std::vector<RequestId> ids;
+    for (RequestParams& p : batch) ids.push_back(engine.Add(std::move(p)));
+    while (!engine.idle()) {
+      for (const RequestUpdate& u : engine.Step()) {
+        logits[u.id].insert(logits[u.id].end(), u.logits.begin(), u.logits.end());
+      }
+    }
+    std::vector<std::vector<float>> ordered;
+    for (RequestId id : ids) ordered.push_back(logits[id]);
+    return std::make_pair(ordered, engine.stats().preemptions);
+  };
+  std::vector<std::vector<float>> alone;
+  for (const RequestParams& p : requests) alone.push_back(run(EngineOptions{}, {p}).first[0]);
+  const CacheLayout layout = CacheLayout::For(model_->config(), 16);
+  const uint64_t budget = 7 * (layout.window_page_bytes + layout.compressed_page_bytes) + 2 * layout.state_page_bytes;
+  const auto [together, preemptions] =
+      run(EngineOptions{.max_step_tokens = 128, .max_running = 4, .kv_cache_memory = budget}, requests);
+  EXPECT_GT(preemptions, 0u) << "the budget was meant to force preemption";
+  const size_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    // Prompt positions plus every generated token fed back (the last one is not).
+    EXPECT_EQ(alone[i].size(), (requests[i].prompt.size() + 9) * vocab) << "request " << i;
+    EXPECT_TRUE(together[i] == alone[i]) << "request " << i;
+  }
+}
+
 TEST_F(EngineTest, ARequestThatCannotFitAloneFailsWithAReason) {
   const CacheLayout layout = CacheLayout::For(model_->config(), 16);
   Engine engine(*model_, Ctx(), EngineOptions{.kv_cache_memory = static_cast<uint64_t>(layout.window_page_bytes)});
