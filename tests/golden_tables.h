@@ -3,11 +3,14 @@
 // official reference kernels.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -91,6 +94,22 @@ inline const Array& Get(const Tables& t, const std::string& key) {
   auto it = t.find(key);
   if (it == t.end()) throw std::runtime_error("missing table " + key);
   return it->second;
+}
+
+// Bit-level comparison of the tables' floats with ours.
+inline uint32_t Bits(float v) { return std::bit_cast<uint32_t>(v); }
+inline float FromBits(uint32_t b) { return std::bit_cast<float>(b); }
+
+inline std::string Hex(uint32_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
+// Same float, bit for bit; any NaN matches any NaN.
+inline bool SameFloat(float ours, float expected) {
+  if (std::isnan(expected)) return std::isnan(ours);
+  return Bits(ours) == Bits(expected);
 }
 
 }  // namespace deepinfer::testing

@@ -29,8 +29,12 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "tables are little endian");
 
 using testing::Array;
+using testing::Bits;
+using testing::FromBits;
 using testing::Get;
+using testing::Hex;
 using testing::ReadTables;
+using testing::SameFloat;
 using testing::Tables;
 
 const Tables& Bf16Tables() {
@@ -52,21 +56,6 @@ const Tables& E2M1Tables() {
 const Tables& QatTables() {
   static const Tables t = ReadTables("core/numerics/qat.bin");
   return t;
-}
-
-uint32_t Bits(float v) { return std::bit_cast<uint32_t>(v); }
-float FromBits(uint32_t b) { return std::bit_cast<float>(b); }
-
-std::string Hex(uint32_t v) {
-  std::ostringstream s;
-  s << "0x" << std::hex << v;
-  return s.str();
-}
-
-// Same float, bit for bit; any NaN matches any NaN.
-bool SameFloat(float ours, float expected) {
-  if (std::isnan(expected)) return std::isnan(ours);
-  return Bits(ours) == Bits(expected);
 }
 
 // The spec's FP4 table (section 2.2), independent of src.

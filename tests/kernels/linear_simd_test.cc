@@ -26,6 +26,7 @@
 
 #include "core/numeric.h"
 #include "core/thread_pool.h"
+#include "golden_tables.h"
 #include "kernels/cpu/compute_context.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_simd.h"
@@ -34,7 +35,7 @@
 namespace deepinfer {
 namespace {
 
-uint32_t Bits(float v) { return std::bit_cast<uint32_t>(v); }
+using testing::Bits;
 
 // ---- the SIMD targets available here ---------------------------------------------------------
 

@@ -29,8 +29,12 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "tables are little endian");
 
 using testing::Array;
+using testing::Bits;
+using testing::FromBits;
 using testing::Get;
+using testing::Hex;
 using testing::ReadTables;
+using testing::SameFloat;
 using testing::Tables;
 
 const Tables& DequantTables() {
@@ -40,20 +44,6 @@ const Tables& DequantTables() {
 const Tables& GemmTables() {
   static const Tables t = ReadTables("kernels/gemm.bin");
   return t;
-}
-
-uint32_t Bits(float v) { return std::bit_cast<uint32_t>(v); }
-float FromBits(uint32_t b) { return std::bit_cast<float>(b); }
-
-std::string Hex(uint32_t v) {
-  std::ostringstream s;
-  s << "0x" << std::hex << v;
-  return s.str();
-}
-
-bool SameFloat(float ours, float expected) {
-  if (std::isnan(expected)) return std::isnan(ours);
-  return Bits(ours) == Bits(expected);
 }
 
 // Distance in bf16 steps between two bf16-exact finite floats (+0 and -0 are the same point).

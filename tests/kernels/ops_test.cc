@@ -26,6 +26,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "tables are little endian");
 
 using testing::Array;
+using testing::Bits;
 using testing::Get;
 using testing::ReadTables;
 using testing::Tables;
@@ -34,8 +35,6 @@ const Tables& AttnTables() {
   static const Tables t = ReadTables("kernels/sparse_attn.bin");
   return t;
 }
-
-uint32_t Bits(float v) { return std::bit_cast<uint32_t>(v); }
 
 int Bf16UlpDistance(float a, float b) {
   auto key = [](float v) {
