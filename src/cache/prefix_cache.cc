@@ -86,9 +86,10 @@ int64_t PrefixCache::Attach(std::span<const int32_t> tokens, SequenceState& stat
   const std::vector<std::pair<uint64_t, Node*>> chain = Chain(tokens, max_blocks);
   // The longest prefix whose window is complete: a query at position k*block reads positions
   // from k*block - window + 1 on.
+  auto first_window_block = [&](int64_t k) { return std::max<int64_t>(0, k * block - layout_->window + 1) / block; };
   int64_t usable = 0;
   for (int64_t k = static_cast<int64_t>(chain.size()); k > 0; --k) {
-    const int64_t first_needed = std::max<int64_t>(0, k * block - layout_->window + 1) / block;
+    const int64_t first_needed = first_window_block(k);
     bool complete = true;
     for (int64_t j = first_needed; j < k && complete; ++j) complete = chain[j].second->window_page != nullptr;
     if (complete) {
@@ -98,7 +99,7 @@ int64_t PrefixCache::Attach(std::span<const int32_t> tokens, SequenceState& stat
   }
   if (usable == 0) return 0;
   std::vector<PageRef> window_pages(usable), compressed_pages;
-  const int64_t first_needed = std::max<int64_t>(0, usable * block - layout_->window + 1) / block;
+  const int64_t first_needed = first_window_block(usable);
   for (int64_t j = 0; j < usable; ++j) {
     Node& node = *chain[j].second;
     if (j >= first_needed) window_pages[j] = node.window_page;

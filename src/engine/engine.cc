@@ -51,6 +51,23 @@ std::vector<int64_t> ContextBuckets(std::vector<int64_t> buckets, int64_t max_co
   return buckets;
 }
 
+// Prepares pages for the largest chunk of at most `tokens` that fits, halving on failure;
+// returns the chunk's size, 0 when not even one token fits.
+int64_t PrepareLargestChunk(SequenceState& state, int64_t tokens) {
+  for (int64_t n = tokens; n >= 1; n = (n == 1 ? 0 : std::max<int64_t>(1, n / 2))) {
+    if (state.PrepareAppend(n)) return n;
+  }
+  return 0;
+}
+
+// Inserts `request` before the first one that arrived after it.
+template <typename Queue, typename Request>
+void InsertByArrival(Queue& queue, Request* request) {
+  queue.insert(
+      std::find_if(queue.begin(), queue.end(), [&](const Request* other) { return other->arrival > request->arrival; }),
+      request);
+}
+
 uint64_t RandomSeed() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
@@ -169,18 +186,14 @@ void Engine::Preempt(Request& request) {
   Release(request);
   running_.erase(std::remove(running_.begin(), running_.end(), &request), running_.end());
   // Back to the queue in arrival order: it keeps its place ahead of newer requests.
-  auto at = std::find_if(waiting_.begin(), waiting_.end(),
-                         [&](const Request* other) { return other->arrival > request.arrival; });
-  waiting_.insert(at, &request);
+  InsertByArrival(waiting_, &request);
   ++stats_.preemptions;
 }
 
 int64_t Engine::Reserve(Request& request, int64_t tokens, bool plan_empty, std::vector<RequestUpdate>& updates) {
   for (;;) {
     // A prefill chunk shrinks before anyone is preempted for it.
-    for (int64_t n = tokens; n >= 1; n = (n == 1 ? 0 : std::max<int64_t>(1, n / 2))) {
-      if (request.state->PrepareAppend(n)) return n;
-    }
+    if (const int64_t got = PrepareLargestChunk(*request.state, tokens); got > 0) return got;
     Request* victim = running_.back();
     if (victim != &request) {
       Preempt(*victim);
@@ -223,11 +236,7 @@ std::vector<Engine::PlannedItem> Engine::Schedule(std::vector<RequestUpdate>& up
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_running && budget > 0) {
     Request* r = waiting_.front();
     Admit(*r);
-    int64_t got = 0;
-    for (int64_t n = std::min(r->pending_tokens(), budget); n >= 1 && got == 0;
-         n = (n == 1 ? 0 : std::max<int64_t>(1, n / 2))) {
-      if (r->state->PrepareAppend(n)) got = n;
-    }
+    const int64_t got = PrepareLargestChunk(*r->state, std::min(r->pending_tokens(), budget));
     if (got == 0) {
       if (running_.empty() && plan.empty()) {
         Finish(*r, FinishReason::kError,
@@ -242,9 +251,7 @@ std::vector<Engine::PlannedItem> Engine::Schedule(std::vector<RequestUpdate>& up
     stats_.prompt_tokens += r->tokens.size();
     stats_.cached_prompt_tokens += r->cached_tokens;
     if (prefix_cache_ && !r->params.return_logits) prefix_cache_->RecordLookup(r->tokens.size(), r->cached_tokens);
-    auto at = std::find_if(running_.begin(), running_.end(),
-                           [&](const Request* other) { return other->arrival > r->arrival; });
-    running_.insert(at, r);
+    InsertByArrival(running_, r);
     budget -= got;
     plan.push_back({r, got});
   }
