@@ -116,7 +116,7 @@ TEST(ChatRequestFile, ReportsMissingAndInvalidFiles) {
     LoadChatRequestFile(bad.string());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("invalid JSON"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos);
   }
   const auto good = dir / "good.json";
   std::ofstream(good) << R"([{"role": "user", "content": "hi"}])";
