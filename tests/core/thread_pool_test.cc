@@ -6,7 +6,11 @@
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
+
+#include "core/error.h"
 
 namespace deepinfer {
 namespace {
@@ -51,6 +55,19 @@ TEST(ThreadPool, ExceptionsReachTheCaller) {
   std::atomic<int> count{0};
   pool.ParallelFor(10, [&](size_t begin, size_t end) { count += static_cast<int>(end - begin); });
   EXPECT_EQ(count.load(), 10);
+}
+
+TEST(ThreadPool, RefusesMoreThanFourThreadsPerHardwareThread) {
+  EXPECT_EQ(ThreadPool::MaxThreads(), ThreadPool::kMaxThreadsPerHardwareThread *
+                                          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  try {
+    ThreadPool pool(ThreadPool::MaxThreads() + 1);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 4 per hardware thread"), std::string::npos) << e.what();
+  }
+  ThreadPool pool(ThreadPool::MaxThreads());
+  EXPECT_EQ(pool.size(), ThreadPool::MaxThreads());
 }
 
 }  // namespace

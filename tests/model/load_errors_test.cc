@@ -551,6 +551,22 @@ TEST_F(LoadErrorsTest, MaxContextAboveMaxPositionEmbeddings) {
   EXPECT_EQ(Model::Load(dir.string(), ModelOptions{.max_context = 4096})->max_context(), 4096);
 }
 
+TEST_F(LoadErrorsTest, ShardTruncatedWhileMappedIsAnErrorNamingTheFile) {
+  // Another process cuts the file short after the load: the weight pages vanish from under the
+  // mapping, and reading them raises SIGBUS, which must become an Error, not a crash.
+  const fs::path dir = Copy("tiny-a");
+  const std::unique_ptr<Model> model = Model::Load(dir.string());
+  const fs::path shard = dir / "model-00002-of-00002.safetensors";
+  fs::resize_file(shard, 4096);
+  for (int round = 0; round < 2; ++round) {  // and again: the model stays broken, never crashes
+    SequenceState state = model->NewSequence();
+    const std::vector<int32_t> tokens = Tokens(3, static_cast<int32_t>(model->config().vocab_size));
+    const ForwardItem item{&state, tokens, false};
+    EXPECT_THAT(ErrorOf([&] { model->Forward({&item, 1}, *pool_); }),
+                StartsWith(shard.string() + ": the file was truncated or replaced while the model was using it"));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // (12)-(13) Missing files.
 
