@@ -119,13 +119,14 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     return 0;
   }
   const GenerateOptions options = ParseGenerateOptions(args);
+  // Before the model loads, so that a bad id list fails at once.
+  std::vector<int32_t> prompt = options.prompt_ids.empty() ? std::vector<int32_t>() : ParseIdList(options.prompt_ids);
   const std::string model_dir = ModelDirOrDefault(options.model);
   ModelOptions model_options;
   model_options.max_context = options.max_context;
   const std::unique_ptr<Model> model = Model::Load(model_dir, model_options);
   const std::optional<Tokenizer> tokenizer = LoadTokenizerIfPresent(model_dir);
 
-  std::vector<int32_t> prompt;
   if (!options.prompt.empty()) {
     if (!tokenizer) throw MakeError(model_dir, ": --prompt needs tokenizer.json in the model directory");
     std::string text = options.prompt;
@@ -136,8 +137,6 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
       text = RenderChatPrompt({user}, ChatOptions{});
     }
     prompt = tokenizer->Encode(text);
-  } else {
-    prompt = ParseIdList(options.prompt_ids);
   }
   if (prompt.empty()) throw MakeError("generate: the prompt is empty");
   for (int32_t id : prompt) {

@@ -597,6 +597,15 @@ MakeModelResult MakeModel(const MakeModelOptions& options) {
   MakeModelResult result;
   result.config = ParseModelConfig(config_json, config_path.string());
 
+  const std::string tokenizer =
+      options.tokenizer.empty() ? (fs::path(MaterializeDefaultModel()) / "tokenizer.json").string() : options.tokenizer;
+  // The config's Engram token map is that of a full-size DeepSeek tokenizer: check the file is one.
+  const size_t tokenizer_ids = Tokenizer::FromFile(tokenizer).size();
+  if (tokenizer_ids != static_cast<size_t>(kFullVocab)) {
+    throw MakeError("--tokenizer: ", tokenizer, " has ", tokenizer_ids, " ids; the ", kPreset,
+                    " preset needs the DeepSeek-V4.1 tokenizer (", kFullVocab, " ids)");
+  }
+
   std::error_code ec;
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec)) throw MakeError(options.out, ": exists and is not a folder");
@@ -605,15 +614,6 @@ MakeModelResult MakeModel(const MakeModelOptions& options) {
     }
   } else if (!fs::create_directories(out, ec) || ec) {
     throw MakeError(options.out, ": cannot create the folder: ", ec.message());
-  }
-
-  const std::string tokenizer =
-      options.tokenizer.empty() ? (fs::path(MaterializeDefaultModel()) / "tokenizer.json").string() : options.tokenizer;
-  // The config's Engram token map is that of a full-size DeepSeek tokenizer: check the file is one.
-  const size_t tokenizer_ids = Tokenizer::FromFile(tokenizer).size();
-  if (tokenizer_ids != static_cast<size_t>(kFullVocab)) {
-    throw MakeError("--tokenizer: ", tokenizer, " has ", tokenizer_ids, " ids; the ", kPreset,
-                    " preset needs the DeepSeek-V4.1 tokenizer (", kFullVocab, " ids)");
   }
 
   const WeightPlan plan(result.config);

@@ -100,12 +100,14 @@ int RunTokenizeCommand(const std::vector<std::string>& args) { return RunTokeniz
 int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
     const TokenizeOptions options = ParseOptions(args);
+    // The input first: a bad --file is reported before the tokenizer takes its second to load.
+    const std::string input = options.file ? ReadInputFile(*options.file) : options.text.value_or("");
     const Tokenizer tokenizer = LoadTokenizer(options);
     if (options.decode) {
       out << tokenizer.Decode(ParseIds(*options.decode, tokenizer)) << '\n';
       return 0;
     }
-    const std::vector<int32_t> ids = tokenizer.Encode(options.text ? *options.text : ReadInputFile(*options.file));
+    const std::vector<int32_t> ids = tokenizer.Encode(input);
     for (size_t i = 0; i < ids.size(); ++i) out << (i == 0 ? "" : " ") << ids[i];
     out << '\n';
     return 0;
@@ -113,7 +115,7 @@ int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, 
     err << "deepinfer tokenize: " << error.what() << '\n' << kUsage << '\n';
     return 2;
   } catch (const Error& error) {
-    err << "deepinfer tokenize: " << error.what() << '\n';
+    err << "deepinfer tokenize: error: " << error.what() << '\n';
     return 1;
   }
 }
