@@ -1,5 +1,6 @@
 #include "core/bounded_json.h"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -96,13 +97,7 @@ class BoundedDomBuilder {
 
   template <typename Exception>
   bool parse_error(size_t, const std::string&, const Exception& error) {
-    // what() is "[json.exception.parse_error.101] parse error at line 1, column 9: ..."; the
-    // bracketed id means nothing to a user.
-    std::string_view reason = error.what();
-    if (reason.starts_with("[json.exception.")) {
-      if (const size_t end = reason.find("] "); end != std::string_view::npos) reason.remove_prefix(end + 2);
-    }
-    return Fail(detail::Concat("not valid JSON: ", Printable(reason, 300)));
+    return Fail(detail::Concat("not valid JSON: ", detail::JsonErrorReason(error)));
   }
 
   const std::string& error() const { return error_; }
@@ -172,9 +167,7 @@ class BoundedDomBuilder {
 
 template <typename BasicJson>
 BasicJson ParseBounded(std::string_view text, std::string_view source, const JsonLimits& limits) {
-  if (text.size() > limits.max_bytes) {
-    throw MakeError(source, ": ", text.size(), " bytes exceed the ", limits.max_bytes, "-byte limit for this file");
-  }
+  detail::CheckJsonSize(text, source, limits);
   BasicJson root;
   BoundedDomBuilder<BasicJson> builder(root, source, limits);
   bool ok = false;
@@ -183,7 +176,7 @@ BasicJson ParseBounded(std::string_view text, std::string_view source, const Jso
   } catch (const std::bad_alloc&) {
     throw MakeError(source, ": out of memory while parsing ", text.size(), " bytes of JSON");
   } catch (const std::exception& e) {  // nlohmann reports through parse_error; this is a safety net
-    throw MakeError(source, ": not valid JSON: ", Printable(e.what(), 300));
+    throw MakeError(source, ": not valid JSON: ", detail::JsonErrorReason(e));
   }
   if (!ok || !builder.error().empty()) {
     throw Error(builder.error().empty() ? detail::Concat(source, ": not valid JSON") : builder.error());
@@ -243,6 +236,26 @@ std::string DumpBounded(const BasicJson& value, size_t max_chars) {
 }
 
 }  // namespace
+
+namespace detail {
+
+std::string JsonErrorReason(const std::exception& error) {
+  // what() is "[json.exception.parse_error.101] parse error at line 1, column 9: ..."; the
+  // bracketed id means nothing to a user.
+  std::string_view reason = error.what();
+  if (reason.starts_with("[json.exception.")) {
+    if (const size_t end = reason.find("] "); end != std::string_view::npos) reason.remove_prefix(end + 2);
+  }
+  return Printable(reason, 300);
+}
+
+void CheckJsonSize(std::string_view text, std::string_view source, const JsonLimits& limits) {
+  if (text.size() > limits.max_bytes) {
+    throw MakeError(source, ": ", text.size(), " bytes exceed the ", limits.max_bytes, "-byte limit for this file");
+  }
+}
+
+}  // namespace detail
 
 nlohmann::json ParseJsonBounded(std::string_view text, std::string_view source, const JsonLimits& limits) {
   return ParseBounded<nlohmann::json>(text, source, limits);

@@ -80,8 +80,8 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>
   work_ready_.notify_all();
   std::exception_ptr own_error;
   try {
-    const auto [begin, end] = RangeOf(n, parts, 0);
-    if (begin < end) GuardMappedReads([&] { body(begin, end); });
+    const std::pair<size_t, size_t> range = RangeOf(n, parts, 0);
+    if (range.first < range.second) GuardMappedReads([&] { body(range.first, range.second); });
   } catch (...) {
     own_error = std::current_exception();
   }
@@ -116,8 +116,8 @@ void ThreadPool::WorkerLoop(int worker_index) {
     const std::function<void(size_t, size_t)>* body = body_;
     const size_t total = total_;
     try {
-      const auto [begin, end] = RangeOf(total, size(), worker_index);
-      if (begin < end) GuardMappedReads([&] { (*body)(begin, end); });
+      const std::pair<size_t, size_t> range = RangeOf(total, size(), worker_index);
+      if (range.first < range.second) GuardMappedReads([&] { (*body)(range.first, range.second); });
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!first_error_) first_error_ = std::current_exception();

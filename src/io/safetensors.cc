@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 #include "core/bounded_json.h"
@@ -45,8 +46,9 @@ constexpr std::array<DTypeEntry, 9> kDTypes = {{
 // and parsing it would only burn memory on hostile input. The format nests three levels (header, entry, shape).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr JsonLimits kHeaderLimits{kMaxHeaderBytes, 3 + 64};
-// model.safetensors.index.json: DeepSeek-V3's lists ~92k tensors in ~9 MB; it nests two levels.
-constexpr JsonLimits kIndexLimits{64 << 20, 2 + 64};
+// model.safetensors.index.json: DeepSeek-V3's lists ~92k tensors in ~9 MB; it nests two levels. The
+// DOM of a hostile 32 MiB index (millions of tiny entries) peaks at ~650 MB.
+constexpr JsonLimits kIndexLimits{32 << 20, 2 + 64};
 constexpr std::string_view kIndexName = "model.safetensors.index.json";
 
 // Built by appending: GCC 12 at -O3 raises a false -Wrestrict on "'" + std::string + "'".
@@ -93,53 +95,11 @@ struct Entry {
   uint64_t end = 0;
 };
 
-// Validates one tensor entry of the header. `where` is "<path>: tensor '<name>'" so every message names both.
-Entry ParseEntry(const std::string& where, const std::string& name, const Json& value) {
-  if (!value.is_object()) throw MakeError(where, ": entry must be a JSON object, got ", value.type_name());
-  for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!value.contains(key)) throw MakeError(where, ": missing \"", key, "\"");
-  }
-  Entry entry;
-  entry.name = name;
-
-  const Json& dtype = value["dtype"];
-  if (!dtype.is_string()) throw MakeError(where, ": \"dtype\" must be a string, got ", dtype.type_name());
-  const std::optional<DType> parsed = ParseDType(dtype.get_ref<const std::string&>());
-  if (!parsed) {
-    throw MakeError(where, ": unsupported dtype ", Quoted(dtype.get_ref<const std::string&>()),
-                    " (supported: ", SupportedDTypes(), ")");
-  }
-  entry.dtype = *parsed;
-
-  const Json& shape = value["shape"];
-  if (!shape.is_array()) throw MakeError(where, ": \"shape\" must be an array of integers, got ", shape.type_name());
-  for (const Json& dim : shape) {
-    if (dim.is_number_unsigned()) {
-      const auto v = dim.get<uint64_t>();
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        throw MakeError(where, ": shape dimension ", v, " is too large");
-      }
-      entry.shape.push_back(static_cast<int64_t>(v));
-    } else if (dim.is_number_integer()) {
-      throw MakeError(where, ": negative dimension ", dim.get<int64_t>(), " in \"shape\"");
-    } else {
-      throw MakeError(where, ": \"shape\" must be an array of integers, found ", dim.type_name(), " ",
-                      Printable(BoundedDump(dim, 100)));
-    }
-  }
-
-  const Json& offsets = value["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-      !offsets[1].is_number_unsigned()) {
-    throw MakeError(where, ": \"data_offsets\" must be [begin, end] with non-negative integers, got ",
-                    Printable(BoundedDump(offsets, 100)));
-  }
-  entry.begin = offsets[0].get<uint64_t>();
-  entry.end = offsets[1].get<uint64_t>();
+// The checks on one entry's own fields, once it is read. `where` is "<path>: tensor '<name>'".
+void CheckEntry(const std::string& where, const Entry& entry) {
   if (entry.begin > entry.end) {
     throw MakeError(where, ": data_offsets begin > end: ", OffsetsString(entry.begin, entry.end));
   }
-
   // The products are checked because a hostile shape could wrap to a small number that matches the offsets.
   uint64_t numel = 1;
   for (const int64_t dim : entry.shape) {
@@ -160,8 +120,243 @@ Entry ParseEntry(const std::string& where, const std::string& name, const Json& 
                     " needs ", expected, " bytes, data_offsets ", OffsetsString(entry.begin, entry.end), " hold ",
                     actual);
   }
-  return entry;
 }
+
+// PyTorch and NumPy stop at 64 dimensions; a longer shape is not a checkpoint tensor.
+constexpr size_t kMaxDims = 64;
+
+// Reads the header as it streams (SaxParseBounded): one Entry per tensor and never a DOM of the
+// whole header, so a 100 MB header costs about what its entries hold rather than ~20x its size,
+// and 100k entries parse in linear time. Each entry's own fields are checked here (as soon as a
+// value is seen, or at the end of the entry); the layout across entries is checked afterwards.
+class HeaderReader {
+ public:
+  explicit HeaderReader(const std::string& path) : path_(path) {}
+
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  const std::string& error() const { return error_; }
+
+  bool null() { return Scalar("null", Json()); }
+  bool boolean(bool value) { return Scalar("boolean", Json(value)); }
+  bool number_integer(int64_t value) {
+    if (at_ == At::kShape) return Fail(where_, ": negative dimension ", value, " in \"shape\"");
+    return Scalar("number", Json(value));
+  }
+  bool number_unsigned(uint64_t value) {
+    if (at_ != At::kShape) return Scalar("number", Json(value));
+    if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Fail(where_, ": shape dimension ", value, " is too large");
+    }
+    if (entry_.shape.size() == kMaxDims) return Fail(where_, ": \"shape\" has more than ", kMaxDims, " dimensions");
+    entry_.shape.push_back(static_cast<int64_t>(value));
+    return true;
+  }
+  bool number_float(double value, const std::string&) { return Scalar("number", Json(value)); }
+  bool string(std::string& value) {
+    if (at_ == At::kMetadata) {
+      metadata[std::move(key_)] = std::move(value);
+      return true;
+    }
+    if (at_ == At::kEntry && field_ == Field::kDType) {
+      const std::optional<DType> parsed = ParseDType(value);
+      if (!parsed) {
+        return Fail(where_, ": unsupported dtype ", Quoted(value), " (supported: ", SupportedDTypes(), ")");
+      }
+      entry_.dtype = *parsed;
+      return true;
+    }
+    return Scalar("string", Json(value.substr(0, 100)));
+  }
+
+  bool key(std::string& key) {
+    switch (at_) {
+      case At::kRoot:
+        if (!names_.insert(key).second) return Fail(path_, ": tensor ", Quoted(key), " appears twice in the header");
+        where_ = path_ + ": tensor " + Quoted(key);
+        key_ = std::move(key);
+        return true;
+      case At::kMetadata:
+        if (metadata.contains(key)) return Fail(path_, ": \"__metadata__\" key ", Quoted(key), " appears twice");
+        key_ = std::move(key);
+        return true;
+      case At::kEntry:
+        field_ = key == "dtype"          ? Field::kDType
+                 : key == "shape"        ? Field::kShape
+                 : key == "data_offsets" ? Field::kOffsets
+                                         : Field::kOther;  // ignored, as by the reference library
+        if (field_ != Field::kOther) {
+          if (seen_[static_cast<int>(field_)]) return Fail(where_, ": \"", key, "\" appears twice");
+          seen_[static_cast<int>(field_)] = true;
+        }
+        return true;
+      default:
+        return true;  // keys of a skipped value
+    }
+  }
+
+  bool start_object(size_t) {
+    switch (at_) {
+      case At::kTop:
+        at_ = At::kRoot;
+        return true;
+      case At::kRoot:
+        if (key_ == "__metadata__") {
+          at_ = At::kMetadata;
+          return true;
+        }
+        at_ = At::kEntry;
+        entry_ = Entry{};
+        entry_.name = key_;
+        seen_[0] = seen_[1] = seen_[2] = false;
+        field_ = Field::kOther;
+        return true;
+      default:
+        return Container("object");
+    }
+  }
+  bool start_array(size_t) {
+    if (at_ == At::kEntry && field_ == Field::kShape) {
+      at_ = At::kShape;
+      return true;
+    }
+    if (at_ == At::kEntry && field_ == Field::kOffsets) {
+      at_ = At::kOffsets;
+      offsets_ = Json::array();
+      return true;
+    }
+    return Container("array");
+  }
+  bool end_object() {
+    if (at_ == At::kSkip) return Leave();
+    if (at_ == At::kMetadata) {
+      at_ = At::kRoot;
+      return true;
+    }
+    if (at_ == At::kRoot) {
+      at_ = At::kDone;
+      return true;
+    }
+    return FinishEntry();
+  }
+  bool end_array() {
+    if (at_ == At::kSkip) return Leave();
+    if (at_ == At::kShape) {
+      at_ = At::kEntry;
+      return true;
+    }
+    // data_offsets
+    at_ = At::kEntry;
+    if (offsets_.size() != 2 || !offsets_[0].is_number_unsigned() || !offsets_[1].is_number_unsigned()) {
+      return BadOffsets(BoundedDump(offsets_, 100));
+    }
+    entry_.begin = offsets_[0].get<uint64_t>();
+    entry_.end = offsets_[1].get<uint64_t>();
+    return true;
+  }
+
+ private:
+  enum class At { kTop, kRoot, kEntry, kMetadata, kShape, kOffsets, kSkip, kDone };
+  enum class Field { kDType, kShape, kOffsets, kOther };
+
+  template <typename... Args>
+  bool Fail(const Args&... args) {
+    error_ = detail::Concat(args...);
+    return false;
+  }
+  bool BadOffsets(const std::string& got) {
+    return Fail(where_, ": \"data_offsets\" must be [begin, end] with non-negative integers, got ", Printable(got));
+  }
+
+  // A value that is not an object or array, where the reader is.
+  bool Scalar(const char* type, const Json& value) {
+    switch (at_) {
+      case At::kTop:
+        return Fail(path_, ": header is not a JSON object (got ", type, ")");
+      case At::kRoot:
+        if (key_ == "__metadata__") return Fail(path_, ": \"__metadata__\" must be a JSON object, got ", type);
+        return Fail(where_, ": entry must be a JSON object, got ", type);
+      case At::kMetadata:
+        return Fail(path_, ": \"__metadata__\" value for ", Quoted(key_), " must be a string, got ", type);
+      case At::kEntry:
+        if (field_ == Field::kDType) return Fail(where_, ": \"dtype\" must be a string, got ", type);
+        if (field_ == Field::kShape) return Fail(where_, ": \"shape\" must be an array of integers, got ", type);
+        if (field_ == Field::kOffsets) return BadOffsets(BoundedDump(value, 100));
+        return true;  // an ignored field
+      case At::kShape:
+        return Fail(where_, ": \"shape\" must be an array of integers, found ", type, " ",
+                    Printable(BoundedDump(value, 100)));
+      case At::kOffsets:
+        if (offsets_.size() < 3) offsets_.push_back(value);  // enough to show what is wrong
+        return true;
+      case At::kSkip:
+      case At::kDone:
+        return true;
+    }
+    return true;
+  }
+
+  // An object or array where the reader is not expecting one (the root is handled above).
+  bool Container(const char* type) {
+    switch (at_) {
+      case At::kTop:
+        return Fail(path_, ": header is not a JSON object (got ", type, ")");
+      case At::kRoot:
+        if (key_ == "__metadata__") return Fail(path_, ": \"__metadata__\" must be a JSON object, got ", type);
+        return Fail(where_, ": entry must be a JSON object, got ", type);
+      case At::kMetadata:
+        return Fail(path_, ": \"__metadata__\" value for ", Quoted(key_), " must be a string, got ", type);
+      case At::kEntry:
+        if (field_ == Field::kDType) return Fail(where_, ": \"dtype\" must be a string, got ", type);
+        if (field_ == Field::kShape) return Fail(where_, ": \"shape\" must be an array of integers, got ", type);
+        if (field_ == Field::kOffsets) return BadOffsets(type);
+        skip_depth_ = 1;  // an ignored field's value
+        at_ = At::kSkip;
+        return true;
+      case At::kShape:
+        return Fail(where_, ": \"shape\" must be an array of integers, found ", type);
+      case At::kOffsets:
+        return BadOffsets(std::string("a nested ") + type);
+      case At::kSkip:
+        ++skip_depth_;
+        return true;
+      case At::kDone:
+        return true;
+    }
+    return true;
+  }
+  bool Leave() {
+    if (--skip_depth_ == 0) at_ = At::kEntry;
+    return true;
+  }
+
+  bool FinishEntry() {
+    at_ = At::kRoot;
+    const char* names[] = {"dtype", "shape", "data_offsets"};
+    for (int i = 0; i < 3; ++i) {
+      if (!seen_[i]) return Fail(where_, ": missing \"", names[i], "\"");
+    }
+    try {
+      CheckEntry(where_, entry_);
+    } catch (const Error& e) {
+      return Fail(e.what());
+    }
+    entries.push_back(std::move(entry_));
+    return true;
+  }
+
+  const std::string& path_;
+  At at_ = At::kTop;
+  std::string key_;    // the current top-level or metadata key
+  std::string where_;  // "<path>: tensor '<name>'"
+  Entry entry_;
+  Field field_ = Field::kOther;
+  bool seen_[3] = {false, false, false};
+  Json offsets_;
+  int skip_depth_ = 0;
+  std::unordered_set<std::string> names_;
+  std::string error_;
+};
 
 }  // namespace
 
@@ -212,30 +407,12 @@ SafetensorsLayout ParseSafetensorsLayout(const uint8_t* bytes, uint64_t file_siz
     throw MakeError(path, ": header length ", header_len, " exceeds the ", kMaxHeaderBytes, "-byte limit");
   }
 
-  // Duplicate keys are rejected by the parser: nlohmann would keep only the last, so a duplicated tensor name
-  // would silently shadow the first tensor.
-  const Json header = ParseJsonBounded(std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len),
-                                       path + ": header", kHeaderLimits);
-  if (!header.is_object()) throw MakeError(path, ": header is not a JSON object (got ", header.type_name(), ")");
-
+  HeaderReader reader(path);
+  SaxParseBounded(std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len), path + ": header",
+                  kHeaderLimits, reader);
   SafetensorsLayout layout;
-  std::vector<Entry> entries;
-  entries.reserve(header.size());
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (!value.is_object())
-        throw MakeError(path, ": \"__metadata__\" must be a JSON object, got ", value.type_name());
-      for (const auto& [key, item] : value.items()) {
-        if (!item.is_string()) {
-          throw MakeError(path, ": \"__metadata__\" value for ", Quoted(key), " must be a string, got ",
-                          item.type_name());
-        }
-        layout.metadata[key] = item.get<std::string>();
-      }
-      continue;
-    }
-    entries.push_back(ParseEntry(path + ": tensor " + Quoted(name), name, value));
-  }
+  layout.metadata = std::move(reader.metadata);
+  std::vector<Entry>& entries = reader.entries;
 
   // The tensors must tile the data section exactly, as the reference library requires: sorted by offsets, each
   // starts where the previous one ends (zero-byte tensors too) and the last ends at the end of the file. A gap or

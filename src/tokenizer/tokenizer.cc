@@ -20,9 +20,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-// DeepSeek's tokenizer.json is 6.4 MB; the deepest path (pre_tokenizer.pretokenizers[i].pattern)
-// nests four levels.
-constexpr JsonLimits kTokenizerLimits{64 << 20, 4 + 64};
+// DeepSeek's tokenizer.json is 6.4 MB (the limit is 2.5x that); its deepest path
+// (pre_tokenizer.pretokenizers[i].pattern) nests four levels.
+constexpr JsonLimits kTokenizerLimits{16 << 20, 4 + 64};
 // Ids are dense in real tokenizers; a file whose largest id is far beyond its token count would
 // make the id tables huge for nothing, so the id space may be at most twice the tokens plus this.
 constexpr int64_t kIdSlack = 1024;

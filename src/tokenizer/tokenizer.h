@@ -26,7 +26,7 @@ namespace deepinfer {
 
 class Tokenizer {
  public:
-  // Reads a regular file of at most 64 MiB (core/regular_file.h).
+  // Reads a regular file of at most 16 MiB (core/regular_file.h).
   static Tokenizer FromFile(const std::string& path);
   static Tokenizer FromFile(const FileHandle& file);
   // `origin` names the source in error messages (usually the file path).

@@ -159,7 +159,7 @@ TEST_F(SafetensorsTest, EachBadInputIsASpecificError) {
       {"truncated_data", Safetensors("{\"w\": {" + f32_2x3 + "}}", std::string(21, '\0')),
        "truncated: tensor 'w' data_offsets [0, 24] but the data section has only 21 bytes"},
       {"duplicate_name", Safetensors("{\"w\": {" + f32_2x3 + "}, \"w\": {" + f32_2x3 + "}}", data24),
-       "header: key 'w' appears twice in one object (at /w)"},
+       "tensor 'w' appears twice in the header"},
       {"metadata_not_object", Safetensors(R"({"__metadata__": ["pt"]})"),
        "\"__metadata__\" must be a JSON object, got array"},
       {"metadata_not_string", Safetensors(R"({"__metadata__": {"format": 1}})"),

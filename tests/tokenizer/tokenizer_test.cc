@@ -146,6 +146,17 @@ TEST(TokenizerTest, HostileIdsAreRejectedBeforeAnythingIsSized) {
               StartsWith("t.json: ids reach 10000000 but only 2 tokens are defined"));
 }
 
+TEST(TokenizerTest, StringSplitPatternsCompile) {
+  // {"String": ...} patterns are literals (PCRE2 refuses them together with PCRE2_UCP).
+  const Tokenizer tokenizer = Tokenizer::FromJsonText(
+      R"({"model": {"vocab": {"a": 0, "b": 1, "\u0120": 2}, "merges": []}, "decoder": {"type": "ByteLevel"},
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated"},
+            {"type": "ByteLevel", "use_regex": false}]}})",
+      "t.json");
+  EXPECT_EQ(tokenizer.Encode("a b"), (std::vector<int32_t>{0, 2, 1}));
+}
+
 TEST(TokenizerTest, HostileJsonIsAnErrorNamingTheFile) {
   EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(std::string(100'000, '[')), "t.json"); }),
               StartsWith("t.json: JSON nested deeper than 68 levels"));
