@@ -59,7 +59,8 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
   static const std::vector<Flag<BenchOptions>> flags = {
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](BenchOptions& o, const std::string& v) { o.model = v; }},
-      {"--threads", "N", "worker threads for the model and the machine limits (default: all cores)",
+      {"--threads", "N",
+       "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
        [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
        [](BenchOptions& o, const std::string& v) {

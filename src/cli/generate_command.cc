@@ -67,7 +67,7 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
        }},
       {"--seed", "S", "sampling seed (default 0)",
        [](GenerateOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
-      {"--threads", "N", "worker threads (default: all cores)",
+      {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](GenerateOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
        [](GenerateOptions& o, const std::string& v) {

@@ -441,7 +441,7 @@ const std::vector<Flag<MakeModelOptions>>& Flags() {
        [](MakeModelOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--shard-gb", "G", "shard the weights into files of at most G x 10^9 bytes (default 0: one file)",
        [](MakeModelOptions& o, const std::string& v) { o.shard_gb = ParseRealFlag("--shard-gb", v); }},
-      {"--threads", "N", "generator threads (default: all cores)",
+      {"--threads", "N", "generator threads (default: all cores; at most 4 per hardware thread)",
        [](MakeModelOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--tokenizer", "FILE", "tokenizer.json to copy (default: the project tokenizer)",
        [](MakeModelOptions& o, const std::string& v) { o.tokenizer = v; }},

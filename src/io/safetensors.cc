@@ -268,47 +268,50 @@ class HeaderReader {
     return Fail(where_, ": \"data_offsets\" must be [begin, end] with non-negative integers, got ", Printable(got));
   }
 
-  // A value that is not an object or array, where the reader is.
-  bool Scalar(const char* type, const Json& value) {
+  // Where any value but the expected one is wrong: the message for a `type` value there, or
+  // nullopt where a value of that type may be fine.
+  std::optional<std::string> Misplaced(const char* type) const {
     switch (at_) {
       case At::kTop:
-        return Fail(path_, ": header is not a JSON object (got ", type, ")");
+        return detail::Concat(path_, ": header is not a JSON object (got ", type, ")");
       case At::kRoot:
-        if (key_ == "__metadata__") return Fail(path_, ": \"__metadata__\" must be a JSON object, got ", type);
-        return Fail(where_, ": entry must be a JSON object, got ", type);
+        if (key_ == "__metadata__")
+          return detail::Concat(path_, ": \"__metadata__\" must be a JSON object, got ", type);
+        return detail::Concat(where_, ": entry must be a JSON object, got ", type);
       case At::kMetadata:
-        return Fail(path_, ": \"__metadata__\" value for ", Quoted(key_), " must be a string, got ", type);
+        return detail::Concat(path_, ": \"__metadata__\" value for ", Quoted(key_), " must be a string, got ", type);
       case At::kEntry:
-        if (field_ == Field::kDType) return Fail(where_, ": \"dtype\" must be a string, got ", type);
-        if (field_ == Field::kShape) return Fail(where_, ": \"shape\" must be an array of integers, got ", type);
-        if (field_ == Field::kOffsets) return BadOffsets(BoundedDump(value, 100));
-        return true;  // an ignored field
+        if (field_ == Field::kDType) return detail::Concat(where_, ": \"dtype\" must be a string, got ", type);
+        if (field_ == Field::kShape)
+          return detail::Concat(where_, ": \"shape\" must be an array of integers, got ", type);
+        return std::nullopt;
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // A value that is not an object or array, where the reader is.
+  bool Scalar(const char* type, const Json& value) {
+    if (const std::optional<std::string> message = Misplaced(type)) return Fail(*message);
+    switch (at_) {
+      case At::kEntry:
+        return field_ == Field::kOffsets ? BadOffsets(BoundedDump(value, 100)) : true;  // else an ignored field
       case At::kShape:
         return Fail(where_, ": \"shape\" must be an array of integers, found ", type, " ",
                     Printable(BoundedDump(value, 100)));
       case At::kOffsets:
         if (offsets_.size() < 3) offsets_.push_back(value);  // enough to show what is wrong
         return true;
-      case At::kSkip:
-      case At::kDone:
+      default:
         return true;
     }
-    return true;
   }
 
   // An object or array where the reader is not expecting one (the root is handled above).
   bool Container(const char* type) {
+    if (const std::optional<std::string> message = Misplaced(type)) return Fail(*message);
     switch (at_) {
-      case At::kTop:
-        return Fail(path_, ": header is not a JSON object (got ", type, ")");
-      case At::kRoot:
-        if (key_ == "__metadata__") return Fail(path_, ": \"__metadata__\" must be a JSON object, got ", type);
-        return Fail(where_, ": entry must be a JSON object, got ", type);
-      case At::kMetadata:
-        return Fail(path_, ": \"__metadata__\" value for ", Quoted(key_), " must be a string, got ", type);
       case At::kEntry:
-        if (field_ == Field::kDType) return Fail(where_, ": \"dtype\" must be a string, got ", type);
-        if (field_ == Field::kShape) return Fail(where_, ": \"shape\" must be an array of integers, got ", type);
         if (field_ == Field::kOffsets) return BadOffsets(type);
         skip_depth_ = 1;  // an ignored field's value
         at_ = At::kSkip;
@@ -320,10 +323,9 @@ class HeaderReader {
       case At::kSkip:
         ++skip_depth_;
         return true;
-      case At::kDone:
+      default:
         return true;
     }
-    return true;
   }
   bool Leave() {
     if (--skip_depth_ == 0) at_ = At::kEntry;
