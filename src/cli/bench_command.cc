@@ -69,7 +69,7 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
        }},
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
        [](BenchOptions& o, const std::string& v) {
-         o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1, 1 << 24);
+         o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1, kMaxTokensFlag);
        }},
       {"--decode-tokens", "M", "timed decode steps per batch size (default 16)",
        [](BenchOptions& o, const std::string& v) { o.decode_tokens = ParseIntFlag("--decode-tokens", v, 1, 1 << 20); }},

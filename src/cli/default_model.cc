@@ -19,7 +19,7 @@
 
 // The files are linked in with the assembler's .incbin; DEEPINFER_DEFAULT_MODEL_DIR is set by
 // CMake to the model folder in the source tree, DEEPINFER_DEFAULT_MODEL_SHA256 to a SHA-256 of
-// its files (src/cli/CMakeLists.txt).
+// its files, and cli/default_model_files.inc lists them (src/cli/CMakeLists.txt).
 #define DEEPINFER_EMBED(symbol, file)                                                                    \
   asm(".section .rodata\n.balign 16\n.global " #symbol "_begin\n" #symbol                                \
       "_begin:\n.incbin \"" DEEPINFER_DEFAULT_MODEL_DIR "/" file "\"\n.global " #symbol "_end\n" #symbol \
@@ -27,11 +27,9 @@
   extern "C" const char symbol##_begin[];                                                                \
   extern "C" const char symbol##_end[];
 
-DEEPINFER_EMBED(di_default_config, "config.json")
-DEEPINFER_EMBED(di_default_index, "model.safetensors.index.json")
-DEEPINFER_EMBED(di_default_shard1, "model-00001-of-00002.safetensors")
-DEEPINFER_EMBED(di_default_shard2, "model-00002-of-00002.safetensors")
-DEEPINFER_EMBED(di_default_tokenizer, "tokenizer.json")
+#define DEEPINFER_DEFAULT_MODEL_FILE(index, name) DEEPINFER_EMBED(di_default_##index, name)
+#include "cli/default_model_files.inc"
+#undef DEEPINFER_DEFAULT_MODEL_FILE
 
 namespace deepinfer {
 namespace {
@@ -46,11 +44,9 @@ struct EmbeddedFile {
 std::vector<EmbeddedFile> Files() {
   auto view = [](const char* begin, const char* end) { return std::string_view(begin, end - begin); };
   return {
-      {"config.json", view(di_default_config_begin, di_default_config_end)},
-      {"model.safetensors.index.json", view(di_default_index_begin, di_default_index_end)},
-      {"model-00001-of-00002.safetensors", view(di_default_shard1_begin, di_default_shard1_end)},
-      {"model-00002-of-00002.safetensors", view(di_default_shard2_begin, di_default_shard2_end)},
-      {"tokenizer.json", view(di_default_tokenizer_begin, di_default_tokenizer_end)},
+#define DEEPINFER_DEFAULT_MODEL_FILE(index, name) {name, view(di_default_##index##_begin, di_default_##index##_end)},
+#include "cli/default_model_files.inc"
+#undef DEEPINFER_DEFAULT_MODEL_FILE
   };
 }
 

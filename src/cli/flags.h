@@ -21,6 +21,10 @@ struct Flag {
   std::function<void(Options&, const std::string&)> set;
 };
 
+// The largest token count a flag takes (--max-tokens, --max-context, --input-len, ...): 2^24, the
+// context limit of the config ranges, so that no count overflows the arithmetic it feeds.
+inline constexpr int64_t kMaxTokensFlag = int64_t{1} << 24;
+
 // Integer values in [min_value, max_value], with the flag named in errors. The whole text must be
 // a decimal integer, and the range is checked on the parsed 64-bit value, so nothing wraps when
 // the caller narrows it (--threads 4294967297 is an error, not 1).

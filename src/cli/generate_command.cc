@@ -26,9 +26,6 @@
 namespace deepinfer {
 namespace {
 
-// Token counts and positions: a sequence is never longer than the largest context a config may
-// state (2^24).
-constexpr int64_t kMaxTokensFlag = int64_t{1} << 24;
 // inspect spells out this many tensor problems and counts the rest.
 constexpr size_t kInspectListedProblems = 50;
 
@@ -102,12 +99,6 @@ std::vector<int32_t> ParseIdList(const std::string& text) {
   return ids;
 }
 
-std::optional<Tokenizer> LoadTokenizerIfPresent(const std::string& model_dir) {
-  std::optional<FileHandle> file = ModelDirectory(model_dir).OpenIfPresent("tokenizer.json", "the tokenizer");
-  if (!file) return std::nullopt;
-  return Tokenizer::FromFile(*file);
-}
-
 std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
 
 }  // namespace
@@ -125,18 +116,18 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   ModelOptions model_options;
   model_options.max_context = options.max_context;
   const std::unique_ptr<Model> model = Model::Load(model_dir, model_options);
-  const std::optional<Tokenizer> tokenizer = LoadTokenizerIfPresent(model_dir);
+  const std::optional<Tokenizer> tokenizer = Tokenizer::FromModelDirectory(ModelDirectory(model_dir));
 
   if (!options.prompt.empty()) {
     if (!tokenizer) throw MakeError(model_dir, ": --prompt needs tokenizer.json in the model directory");
-    std::string text = options.prompt;
     if (options.chat) {
       ChatMessage user;
       user.role = "user";
       user.content = options.prompt;
-      text = RenderChatPrompt({user}, ChatOptions{});
+      prompt = tokenizer->Encode(RenderChatPrompt({user}, ChatOptions{}));
+    } else {
+      prompt = tokenizer->EncodeTextPrompt(options.prompt);
     }
-    prompt = tokenizer->Encode(text);
   }
   if (prompt.empty()) throw MakeError("generate: the prompt is empty");
   for (int32_t id : prompt) {

@@ -11,6 +11,7 @@
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
 #include "cli/make_model_command.h"
+#include "cli/perplexity_command.h"
 #include "cli/tokenize_command.h"
 #include "core/error.h"
 
@@ -23,6 +24,7 @@ void PrintUsage() {
       "  inspect        print a model's config, layer roles, tensors and validation result\n"
       "  bench          measure prefill/decode speed against this machine's measured limits\n"
       "  make-model     write a random checkpoint with the real V4.1-Flash layer dimensions\n"
+      "  perplexity     perplexity and bits per byte of a text file under a model\n"
       "  tokenize       encode text to token ids or decode ids to text\n"
       "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
       "run 'deepinfer <command> --help' for a command's flags\n",
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
     if (command == "inspect") return deepinfer::RunInspectCommand(args);
     if (command == "bench") return deepinfer::RunBenchCommand(args);
     if (command == "make-model") return deepinfer::RunMakeModelCommand(args);
+    if (command == "perplexity") return deepinfer::RunPerplexityCommand(args);
     if (command == "tokenize") return deepinfer::RunTokenizeCommand(args);
     if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
     if (command == "--help" || command == "-h" || command == "help") {

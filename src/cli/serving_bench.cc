@@ -40,9 +40,8 @@ using Json = nlohmann::ordered_json;  // keys in the order written, for a readab
 constexpr int32_t kFirstPromptToken = 3;
 // Steps in a row that neither run a forward nor report anything before the driver gives up.
 constexpr int kMaxStalledSteps = 1000;
-// Flag bounds: token counts never exceed the largest context a config may state (2^24), and at
-// most 2^20 requests are generated (their prompts are also held to a memory check, see RunServing).
-constexpr int64_t kMaxTokens = int64_t{1} << 24;
+// Flag bounds: token counts are at most kMaxTokensFlag (cli/flags.h), and at most 2^20 requests
+// are generated (their prompts are also held to a memory check, see RunServing).
 constexpr int64_t kMaxRequests = int64_t{1} << 20;
 // Bookkeeping per request beyond its prompt (records, engine state), for the memory check.
 constexpr int64_t kRequestBytes = 4096;
@@ -124,9 +123,13 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
          o.num_requests = ParseIntFlag("--num-requests", v, 1, kMaxRequests);
        }},
       {"--input-len", "I", "prompt tokens per request, ids uniform in [3, vocab) (default 128)",
-       [](ServingOptions& o, const std::string& v) { o.input_len = ParseIntFlag("--input-len", v, 1, kMaxTokens); }},
+       [](ServingOptions& o, const std::string& v) {
+         o.input_len = ParseIntFlag("--input-len", v, 1, kMaxTokensFlag);
+       }},
       {"--output-len", "O", "generated tokens per request, EOS ignored (default 32)",
-       [](ServingOptions& o, const std::string& v) { o.output_len = ParseIntFlag("--output-len", v, 1, kMaxTokens); }},
+       [](ServingOptions& o, const std::string& v) {
+         o.output_len = ParseIntFlag("--output-len", v, 1, kMaxTokensFlag);
+       }},
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](ServingOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
@@ -135,7 +138,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
        [](ServingOptions& o, const std::string& v) { SetIsa(o.isa, v); }},
       {"--max-step-tokens", "B", "tokens one engine step may run (default 512)",
        [](ServingOptions& o, const std::string& v) {
-         o.max_step_tokens = ParseIntFlag("--max-step-tokens", v, 1, kMaxTokens);
+         o.max_step_tokens = ParseIntFlag("--max-step-tokens", v, 1, kMaxTokensFlag);
        }},
       {"--max-running", "R", "requests running at once (default 64, at most --max-step-tokens)",
        [](ServingOptions& o, const std::string& v) {
@@ -147,7 +150,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
        [](ServingOptions& o, const std::string&) { o.prefix_cache = false; }},
       {"--shared-prefix-len", "P", "the first P prompt tokens are the same in every request (default 0)",
        [](ServingOptions& o, const std::string& v) {
-         o.shared_prefix_len = ParseIntFlag("--shared-prefix-len", v, 0, kMaxTokens);
+         o.shared_prefix_len = ParseIntFlag("--shared-prefix-len", v, 0, kMaxTokensFlag);
        }},
       {"--request-rate", "R", "requests/s as seeded Poisson arrivals (default inf: all at t = 0)",
        [](ServingOptions& o, const std::string& v) {
@@ -441,7 +444,7 @@ struct SweepOptions {
 
 // Ascending, without repeats (reported, not silently fixed).
 std::vector<int64_t> ParseAscendingList(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> values = ParseIntListFlag(flag, text, 1, kMaxTokens);
+  std::vector<int64_t> values = ParseIntListFlag(flag, text, 1, kMaxTokensFlag);
   std::sort(values.begin(), values.end());
   for (size_t i = 1; i < values.size(); ++i) {
     if (values[i] == values[i - 1]) throw MakeError(flag, ": ", values[i], " is listed twice");

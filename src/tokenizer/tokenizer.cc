@@ -136,6 +136,7 @@ struct Tokenizer::Impl {
   std::unique_ptr<BpeModel> bpe;
   std::unique_ptr<RegexSplitSequence> splitter;
   std::unique_ptr<AddedTokenMatcher> added_tokens;
+  std::optional<int32_t> prompt_bos;  // tokenizer_config.json's add_bos_token / bos_token
 
   // The tables are sized to the largest id first.
   void SetToken(int32_t id, const std::string& token, IdKind kind) {
@@ -223,7 +224,65 @@ Tokenizer Tokenizer::FromJsonText(std::string_view json, const std::string& orig
   return Tokenizer(std::move(impl));
 }
 
+namespace {
+
+// tokenizer_config.json is a few kB; its deepest field (added_tokens_decoder.<id>.content) nests
+// three levels.
+constexpr JsonLimits kTokenizerConfigLimits{1 << 20, 3 + 64};
+
+// The BOS a text prompt starts with under `config`: `add_bos_token` true names `bos_token` (a
+// string, or an AddedToken object with "content"), which must be a token of `tokenizer`.
+std::optional<int32_t> ReadPromptBos(const Json& config, const Tokenizer& tokenizer, const std::string& origin) {
+  if (!config.is_object()) throw MakeError(origin, ": expected a JSON object");
+  const auto add = config.find("add_bos_token");
+  if (add == config.end() || add->is_null()) return std::nullopt;
+  if (!add->is_boolean())
+    throw MakeError(origin, ": \"add_bos_token\" must be true or false, got ", BoundedDump(*add, 60));
+  if (!add->get<bool>()) return std::nullopt;
+  const auto bos = config.find("bos_token");
+  const Json* content = bos == config.end() ? nullptr : &*bos;
+  if (content && content->is_object()) {
+    const auto it = content->find("content");
+    content = it == content->end() ? nullptr : &*it;
+  }
+  if (!content || !content->is_string()) {
+    throw MakeError(origin,
+                    ": \"add_bos_token\" is true but \"bos_token\" is not a token string (or an object with "
+                    "a string \"content\")");
+  }
+  const std::optional<int32_t> id = tokenizer.TokenToId(content->get<std::string>());
+  if (!id) {
+    throw MakeError(origin, ": \"bos_token\" ", Printable(content->get<std::string>(), 60),
+                    " is not a token of tokenizer.json");
+  }
+  return id;
+}
+
+}  // namespace
+
+std::optional<Tokenizer> Tokenizer::FromModelDirectory(const ModelDirectory& dir) {
+  const std::optional<FileHandle> file = dir.OpenIfPresent("tokenizer.json", "the tokenizer");
+  if (!file) return std::nullopt;
+  Tokenizer tokenizer = FromFile(*file);
+  if (const std::optional<FileHandle> config = dir.OpenIfPresent("tokenizer_config.json", "the tokenizer config")) {
+    const Json root = ParseJsonBounded(ReadWholeFile(*config, kTokenizerConfigLimits.max_bytes), config->path(),
+                                       kTokenizerConfigLimits);
+    tokenizer.impl_->prompt_bos = ReadPromptBos(root, tokenizer, config->path());
+  }
+  return tokenizer;
+}
+
 size_t Tokenizer::size() const { return impl_->token_by_id.size(); }
+
+std::vector<int32_t> Tokenizer::EncodeTextPrompt(std::string_view text) const {
+  std::vector<int32_t> ids;
+  if (impl_->prompt_bos) ids.push_back(*impl_->prompt_bos);
+  const std::vector<int32_t> body = Encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+std::optional<int32_t> Tokenizer::prompt_bos() const { return impl_->prompt_bos; }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
   std::string repaired;

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/model_directory.h"
 #include "core/regular_file.h"
 
 namespace deepinfer {
@@ -31,6 +32,10 @@ class Tokenizer {
   static Tokenizer FromFile(const FileHandle& file);
   // `origin` names the source in error messages (usually the file path).
   static Tokenizer FromJsonText(std::string_view json, const std::string& origin);
+  // A model directory's tokenizer: its tokenizer.json, with the prompt rule of its
+  // tokenizer_config.json when it has one (see EncodeTextPrompt); nullopt when the directory has
+  // no tokenizer.json.
+  static std::optional<Tokenizer> FromModelDirectory(const ModelDirectory& dir);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -40,6 +45,13 @@ class Tokenizer {
   size_t size() const;
 
   std::vector<int32_t> Encode(std::string_view text) const;
+  // A raw text prompt (completions, `generate --prompt`) as HF's `tokenizer(text)` encodes it:
+  // the BOS token first when tokenizer_config.json sets `add_bos_token` (the released DeepSeek
+  // files do; without the file or the field nothing is added), then Encode(text). Rendered chat
+  // prompts carry their own BOS and use Encode.
+  std::vector<int32_t> EncodeTextPrompt(std::string_view text) const;
+  // The id EncodeTextPrompt puts first, if any.
+  std::optional<int32_t> prompt_bos() const;
 
   // Ids that name no token are skipped, as HF does. The result is valid UTF-8: token bytes
   // that do not form valid UTF-8 become U+FFFD per maximal invalid subsequence.

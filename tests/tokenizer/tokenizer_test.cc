@@ -5,9 +5,14 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "core/model_directory.h"
 #include "error_of.h"
 #include "golden_reader.h"
 
@@ -169,6 +174,38 @@ TEST(TokenizerTest, HostileJsonIsAnErrorNamingTheFile) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_THAT(ErrorOf([&] { Tokenizer::FromFile(fifo); }), StartsWith(fifo + ": not a regular file (a FIFO)"));
   std::remove(fifo.c_str());
+}
+
+// tokenizer_config.json decides whether a raw text prompt starts with BOS, as HF's tokenizer(text).
+TEST(TokenizerTest, TextPromptsFollowTheModelDirectorysTokenizerConfig) {
+  const std::filesystem::path dir = ::testing::TempDir() + "tokenizer_prompt_rule";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const char* name, const std::string& text) { std::ofstream(dir / name) << text; };
+  write("tokenizer.json", TinyTokenizer(R"({"a": 1, "b": 2})", R"([{"id": 0, "content": "<s>", "special": true}])"));
+  const auto load = [&] { return Tokenizer::FromModelDirectory(ModelDirectory(dir.string())); };
+
+  EXPECT_EQ(load()->EncodeTextPrompt("ab"), (std::vector<int32_t>{1, 2}));  // no tokenizer_config.json
+  write("tokenizer_config.json", R"({"add_bos_token": true, "bos_token": {"__type": "AddedToken", "content": "<s>"}})");
+  EXPECT_EQ(load()->EncodeTextPrompt("ab"), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(load()->Encode("ab"), (std::vector<int32_t>{1, 2}));
+  write("tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "<s>"})");
+  EXPECT_EQ(load()->prompt_bos(), 0);
+  write("tokenizer_config.json", R"({"add_bos_token": false, "bos_token": "<s>"})");
+  EXPECT_EQ(load()->prompt_bos(), std::nullopt);
+
+  const std::string config = (dir / "tokenizer_config.json").string();
+  write("tokenizer_config.json", R"({"add_bos_token": "yes"})");
+  EXPECT_THAT(ErrorOf(load), StartsWith(config + ": \"add_bos_token\" must be true or false, got \"yes\""));
+  write("tokenizer_config.json", R"({"add_bos_token": true})");
+  EXPECT_THAT(ErrorOf(load), StartsWith(config + ": \"add_bos_token\" is true but \"bos_token\" is not a token"));
+  write("tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "<bos>"})");
+  EXPECT_THAT(ErrorOf(load), StartsWith(config + ": \"bos_token\" <bos> is not a token of tokenizer.json"));
+  write("tokenizer_config.json", std::string(100'000, '['));
+  EXPECT_THAT(ErrorOf(load), StartsWith(config + ": JSON nested deeper than 67 levels"));
+  std::filesystem::remove(dir / "tokenizer.json");
+  EXPECT_FALSE(load().has_value());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
