@@ -34,13 +34,13 @@ TEST(DefaultModel, UnpacksIntoAPrivateFolderAndLoads) {
   EXPECT_EQ(ModeOf(folder), 0700u);
   EXPECT_THAT(dir.filename().string(), StartsWith("default-model-"));
   EXPECT_EQ(MaterializeDefaultModel(temp.path()), dir.string());  // reused
-  EXPECT_EQ(Model::Load(dir.string())->config().vocab_size, 512);
+  EXPECT_EQ(Model::Load(dir.string())->config().vocab_size, 4096);
 }
 
 TEST(DefaultModel, ATamperedCopyIsReplacedNotUsed) {
   ScratchDir temp;
   const fs::path dir = MaterializeDefaultModel(temp.path());
-  const fs::path shard = dir / "model-00001-of-00002.safetensors";
+  const fs::path shard = dir / "model.safetensors";
   const std::string original = ReadBytes(shard);
   std::string tampered = original;
   tampered[tampered.size() - 1] ^= 0x55;  // same size, different weights

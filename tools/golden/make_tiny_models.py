@@ -316,11 +316,11 @@ def load_reference(reference_dir):
     return model, kernel_cpu
 
 
-def build_reference_model(ref, flat, tensors):
+def build_reference_model(ref, flat, tensors, tokenizer_path=TOKENIZER, max_seq_len=MAX_SEQ_LEN):
     args = ref.ModelArgs(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in flat.items()},
-                         max_batch_size=1, max_seq_len=MAX_SEQ_LEN, temperature=0.0)
+                         max_batch_size=1, max_seq_len=max_seq_len, temperature=0.0)
     torch.set_default_dtype(torch.bfloat16)
-    tokenizer = TokenizerForEngram(TOKENIZER) if flat["engram_layer_ids"] else None
+    tokenizer = TokenizerForEngram(tokenizer_path) if flat["engram_layer_ids"] else None
     m = ref.Transformer(args, tokenizer)
     for name, param in m.named_parameters():
         if name.endswith("wo_a.weight"):  # convert.py: wo_a is dequantized to bf16 for the ref
