@@ -10,16 +10,11 @@
 #include <system_error>
 #include <vector>
 
+#include "core/embedded_file.h"
 #include "core/error.h"
 
-// The files are linked in with the assembler's .incbin; DEEPINFER_DEFAULT_MODEL_DIR is set
-// by CMake to the model folder in the source tree.
-#define DEEPINFER_EMBED(symbol, file)                                                                    \
-  asm(".section .rodata\n.balign 16\n.global " #symbol "_begin\n" #symbol                                \
-      "_begin:\n.incbin \"" DEEPINFER_DEFAULT_MODEL_DIR "/" file "\"\n.global " #symbol "_end\n" #symbol \
-      "_end:\n.byte 0\n.previous\n");                                                                    \
-  extern "C" const char symbol##_begin[];                                                                \
-  extern "C" const char symbol##_end[];
+// DEEPINFER_DEFAULT_MODEL_DIR is set by CMake to the model folder in the source tree.
+#define DEEPINFER_EMBED(symbol, file) DEEPINFER_EMBED_FILE(symbol, DEEPINFER_DEFAULT_MODEL_DIR "/" file)
 
 DEEPINFER_EMBED(di_default_config, "config.json")
 DEEPINFER_EMBED(di_default_index, "model.safetensors.index.json")

@@ -11,6 +11,7 @@
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
 #include "cli/make_model_command.h"
+#include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 #include "core/error.h"
 
@@ -25,6 +26,7 @@ void PrintUsage() {
       "  make-model     write a random checkpoint with the real V4.1-Flash layer dimensions\n"
       "  tokenize       encode text to token ids or decode ids to text\n"
       "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
+      "  serve          an OpenAI-compatible HTTP server with a chat page\n"
       "run 'deepinfer <command> --help' for a command's flags\n",
       stderr);
 }
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
     if (command == "make-model") return deepinfer::RunMakeModelCommand(args);
     if (command == "tokenize") return deepinfer::RunTokenizeCommand(args);
     if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
+    if (command == "serve") return deepinfer::RunServeCommand(args);
     if (command == "--help" || command == "-h" || command == "help") {
       PrintUsage();
       return 0;
