@@ -56,6 +56,8 @@ bool Complete(const std::filesystem::path& dir, const std::vector<EmbeddedFile>&
 
 }  // namespace
 
+std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
+
 std::string MaterializeDefaultModel() {
   const std::vector<EmbeddedFile> files = Files();
   uint64_t hash = 0xcbf29ce484222325ULL;

@@ -11,4 +11,7 @@ namespace deepinfer {
 // directory (reused by later runs) and returns its path, ready for Model::Load.
 std::string MaterializeDefaultModel();
 
+// `--model DIR` as the commands take it: DIR, or the embedded default when empty.
+std::string ModelDirOrDefault(const std::string& model);
+
 }  // namespace deepinfer

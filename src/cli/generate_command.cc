@@ -12,6 +12,7 @@
 #include "chat/chat_encoding.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/sampling_flags.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
@@ -31,7 +32,7 @@ struct GenerateOptions {
   std::string prompt;
   bool chat = false;
   int64_t max_tokens = -1;
-  float temperature = 0.0f;
+  SamplingParams sampling;  // greedy unless --temperature
   uint64_t seed = 0;
   int threads = 0;
   int64_t max_context = 0;
@@ -41,7 +42,7 @@ struct GenerateOptions {
 };
 
 const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
-  static const std::vector<Flag<GenerateOptions>> flags = {
+  static const std::vector<Flag<GenerateOptions>> flags = WithSamplingFlags<GenerateOptions>({
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](GenerateOptions& o, const std::string& v) { o.model = v; }},
       {"--prompt-ids", "1,2,3", "prompt as comma-separated token ids",
@@ -52,10 +53,6 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
        [](GenerateOptions& o, const std::string&) { o.chat = true; }},
       {"--max-tokens", "N", "number of tokens to generate (required)",
        [](GenerateOptions& o, const std::string& v) { o.max_tokens = ParseIntFlag("--max-tokens", v); }},
-      {"--temperature", "T", "0 = greedy (default); > 0 samples",
-       [](GenerateOptions& o, const std::string& v) {
-         o.temperature = static_cast<float>(ParseRealFlag("--temperature", v));
-       }},
       {"--seed", "S", "sampling seed (default 0)",
        [](GenerateOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v)); }},
       {"--threads", "N", "worker threads (default: all cores)",
@@ -69,7 +66,7 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
        [](GenerateOptions& o, const std::string&) { o.show_ids = true; }},
       {"--ignore-eos", nullptr, "keep generating after the end-of-sentence token",
        [](GenerateOptions& o, const std::string&) { o.ignore_eos = true; }},
-  };
+  });
   return flags;
 }
 
@@ -81,7 +78,6 @@ GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
     throw MakeError("generate: give exactly one of --prompt-ids and --prompt");
   }
   if (options.chat && options.prompt.empty()) throw MakeError("generate: --chat applies to --prompt text");
-  if (options.temperature < 0) throw MakeError("--temperature must be >= 0");
   return options;
 }
 
@@ -100,13 +96,11 @@ std::optional<Tokenizer> LoadTokenizerIfPresent(const std::string& model_dir) {
   return Tokenizer::FromFile(path.string());
 }
 
-std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
-
 }  // namespace
 
 int RunGenerateCommand(const std::vector<std::string>& args) {
   if (WantsHelp(args)) {
-    std::cout << "usage: deepinfer generate [flags]\n";
+    std::cout << "usage: deepinfer generate [flags]   (sampling: greedy unless --temperature)\n";
     PrintFlagHelp(std::cout, GenerateFlags());
     return 0;
   }
@@ -144,7 +138,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
   Engine engine(*model, ComputeContext{pool, DetectIsa()}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
-  RequestParams request{.prompt = prompt, .sampling = {options.temperature}, .seed = options.seed};
+  RequestParams request{.prompt = prompt, .sampling = options.sampling, .seed = options.seed};
   request.stop.max_tokens = options.max_tokens;
   request.stop.ignore_eos = options.ignore_eos;
   request.stop.skip_special_tokens = false;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/bench_command.h"
+#include "cli/chat_command.h"
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
 #include "cli/make_model_command.h"
@@ -27,6 +28,7 @@ void PrintUsage() {
       "  tokenize       encode text to token ids or decode ids to text\n"
       "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
       "  serve          an OpenAI-compatible HTTP server with a chat page\n"
+      "  chat           chat with a model in the terminal\n"
       "run 'deepinfer <command> --help' for a command's flags\n",
       stderr);
 }
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return deepinfer::RunTokenizeCommand(args);
     if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
     if (command == "serve") return deepinfer::RunServeCommand(args);
+    if (command == "chat") return deepinfer::RunChatCommand(args);
     if (command == "--help" || command == "-h" || command == "help") {
       PrintUsage();
       return 0;

@@ -160,7 +160,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
                     " (every running request decodes in every step)");
   }
   const bool embedded = o.model.empty();
-  const std::string model_dir = embedded ? MaterializeDefaultModel() : o.model;
+  const std::string model_dir = ModelDirOrDefault(o.model);
   const std::string tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
   if (!std::filesystem::exists(tokenizer_path)) {
     throw MakeError(model_dir, ": no tokenizer.json (the server needs it for text and for output)");

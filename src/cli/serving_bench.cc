@@ -231,7 +231,7 @@ int RunServing(const std::vector<std::string>& args) {
                     " (every running request decodes in every step)");
   }
   const IsaLevel isa = ChooseIsa(o.isa);
-  const std::string model_dir = o.model.empty() ? MaterializeDefaultModel() : o.model;
+  const std::string model_dir = ModelDirOrDefault(o.model);
   Progress("loading " + model_dir);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
   const int64_t vocab = model->config().vocab_size;
@@ -549,7 +549,7 @@ int RunContextSweep(const std::vector<std::string>& args) {
                     o.max_model_lens.front());
   }
   const IsaLevel isa = ChooseIsa(o.isa);
-  const std::string model_dir = o.model.empty() ? MaterializeDefaultModel() : o.model;
+  const std::string model_dir = ModelDirOrDefault(o.model);
   const int64_t model_max = LoadModelConfig(model_dir).max_position_embeddings;
   if (o.max_model_lens.back() > model_max) {
     throw MakeError("--max-model-len-list: ", o.max_model_lens.back(),
