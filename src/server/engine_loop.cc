@@ -84,10 +84,10 @@ void EngineLoop::Cancel(const std::shared_ptr<Channel>& channel) {
   wake_.notify_one();
 }
 
-void EngineLoop::ResetPrefixCache() {
+void EngineLoop::ResetPrefixCache(std::function<void()> done) {
   {
     const std::lock_guard lock(mutex_);
-    commands_.emplace_back(ResetCommand{});
+    commands_.emplace_back(ResetCommand{std::move(done)});
   }
   wake_.notify_one();
 }
@@ -210,6 +210,7 @@ void EngineLoop::Execute(Command& command) {
   }
   engine_.ClearPrefixCache();
   Publish();
+  if (auto* reset = std::get_if<ResetCommand>(&command); reset && reset->done) reset->done();
 }
 
 void EngineLoop::AddChoice(Active& a, size_t choice) {

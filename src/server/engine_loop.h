@@ -103,8 +103,9 @@ class EngineLoop {
   SubmitResult Submit(Submission submission);
   // Aborts the submission's unfinished choices (a client that went away).
   void Cancel(const std::shared_ptr<Channel>& channel);
-  // Drops every prefix-cache entry (POST /reset_prefix_cache).
-  void ResetPrefixCache();
+  // Drops every prefix-cache entry (POST /reset_prefix_cache); `done` runs on the loop thread
+  // afterwards, once Stats() shows the result (same rules as a notifier).
+  void ResetPrefixCache(std::function<void()> done);
   LoopStats Stats() const;
 
   // Stops accepting; running and queued requests go on until `deadline`, then are aborted.
@@ -117,7 +118,9 @@ class EngineLoop {
   struct CancelCommand {
     std::shared_ptr<Channel> channel;
   };
-  struct ResetCommand {};
+  struct ResetCommand {
+    std::function<void()> done;
+  };
   using Command = std::variant<Submission, CancelCommand, ResetCommand>;
 
   void Run();

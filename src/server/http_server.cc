@@ -311,9 +311,14 @@ class Session : public std::enable_shared_from_this<Session> {
           return Respond(200, DumpJson(TokenizeResponse(Parse(body), model)), "application/json");
         case Route::kDetokenize:
           return Respond(200, DumpJson(DetokenizeResponse(Parse(body), model)), "application/json");
-        case Route::kResetPrefixCache:
-          server_.loop.ResetPrefixCache();
-          return Respond(200, DumpJson(Json{{"status", "ok"}}), "application/json");
+        case Route::kResetPrefixCache: {
+          // Answered once the loop has done it, so a /health that follows sees the result. The
+          // callback holds the session until then.
+          auto executor = stream_.get_executor();
+          return server_.loop.ResetPrefixCache([self = Self(), executor] {
+            net::post(executor, [self] { self->Respond(200, DumpJson(Json{{"status", "ok"}}), "application/json"); });
+          });
+        }
       }
     } catch (const ApiError& e) {
       return RespondError(e, false);
@@ -473,7 +478,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void ClientGone() {
     if (gone_) return;
     gone_ = true;
-    if (gen_) {
+    // A stream whose [DONE] is out (a client may close before the final empty chunk) ended.
+    const bool complete = gen_ && gen_->request.stream && gen_->ended;
+    if (gen_ && !complete) {
       server_.loop.Cancel(gen_->channel);
       server_.metrics.RecordDisconnect();
       if (!gen_->request.stream) {

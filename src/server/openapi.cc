@@ -42,7 +42,8 @@ Json CommonProperties(const ModelInfo& model) {
   const int64_t last_id = model.vocab_size - 1;
   return Json{
       {"model", Nullable(Json{{"type", "string"}, {"description", "must be the served name when given"}})},
-      {"max_tokens", Nullable(IntRange(1, std::numeric_limits<int64_t>::max()))},
+      // More than the context can never be served (prompt + max_tokens must fit).
+      {"max_tokens", Nullable(IntRange(1, model.max_model_len - 1))},
       {"temperature", Nullable(NumRange(0, 2))},
       {"top_p", Nullable(Json{{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 1}})},
       {"top_k", Nullable(Json{{"type", "integer"},
@@ -141,7 +142,7 @@ std::string OpenApiJson(const ModelInfo& model, bool api_key) {
 
   Json chat_properties = CommonProperties(model);
   chat_properties["messages"] = Json{{"type", "array"}, {"minItems", 1}, {"items", Ref("ChatMessage")}};
-  chat_properties["max_completion_tokens"] = Nullable(IntRange(1, std::numeric_limits<int64_t>::max()));
+  chat_properties["max_completion_tokens"] = Nullable(IntRange(1, model.max_model_len - 1));
   chat_properties["logprobs"] = Nullable(Type("boolean"));
   chat_properties["top_logprobs"] = Nullable(IntRange(0, 20));
   chat_properties["tools"] = Nullable(ArrayOf(Ref("Tool")));
