@@ -2,8 +2,8 @@
 
 #include "core/embedded_file.h"
 
-// DEEPINFER_CHAT_PAGE is set by CMake to src/server/chat_page.html.
-DEEPINFER_EMBED_FILE(di_chat_page, DEEPINFER_CHAT_PAGE)
+// DEEPINFER_SERVER_DIR is set by CMake to src/server.
+DEEPINFER_EMBED_FILE(di_chat_page, DEEPINFER_SERVER_DIR "/chat_page.html")
 
 namespace deepinfer {
 
