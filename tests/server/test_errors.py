@@ -212,11 +212,10 @@ def test_hostile_requests_get_their_status_while_a_stream_completes(server, http
     big = b'{"messages": [{"role": "user", "content": "' + b"a" * (17 << 20) + b'"}]}'
     r = http.post(server.url + CHAT, data=big, timeout=60)
     check_error(r.status_code, r.content, 413, code="request_too_large")
-    # A 10 MB string field within the limit: refused as too long without tokenizing 10 MB.
-    t0 = time.time()
+    # A 10 MB string field within the limit: refused from its length ("at least"), not tokenized.
     r = http.post(server.url + CHAT, json=chat(messages=[{"role": "user", "content": "word " * (2 << 20)}]), timeout=60)
-    check_error(r.status_code, r.content, 400, "messages", "context_length_exceeded", str(MAX_MODEL_LEN))
-    assert time.time() - t0 < 5
+    check_error(r.status_code, r.content, 400, "messages", "context_length_exceeded",
+                [str(MAX_MODEL_LEN), "at least"])
     # A 10 MB string in a field nobody reads is ignored.
     r = http.post(server.url + CHAT, json=chat(user="u" * (10 << 20)), timeout=60)
     assert r.status_code == 200, r.text[:300]
