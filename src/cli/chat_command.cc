@@ -11,6 +11,7 @@
 #include "chat/output_parser.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/model_loading.h"
 #include "cli/sampling_flags.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -242,7 +243,7 @@ int RunChat(const std::vector<std::string>& args, std::istream& in, std::ostream
   const std::string tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
   if (!std::filesystem::exists(tokenizer_path)) throw MakeError("chat: ", model_dir, " has no tokenizer.json");
   const Tokenizer tokenizer = Tokenizer::FromFile(tokenizer_path);
-  const std::unique_ptr<Model> model = Model::Load(model_dir, ModelOptions{.max_context = options.max_context});
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, ModelOptions{.max_context = options.max_context});
   if (static_cast<int64_t>(tokenizer.size()) > model->config().vocab_size) {
     throw MakeError("chat: the model's vocabulary (", model->config().vocab_size,
                     " ids) does not cover its tokenizer (", tokenizer.size(), " ids), so it cannot take chat text",

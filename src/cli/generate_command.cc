@@ -12,6 +12,7 @@
 #include "chat/chat_encoding.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/model_loading.h"
 #include "cli/sampling_flags.h"
 #include "core/error.h"
 #include "core/npy.h"
@@ -108,7 +109,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   const std::string model_dir = ModelDirOrDefault(options.model);
   ModelOptions model_options;
   model_options.max_context = options.max_context;
-  const std::unique_ptr<Model> model = Model::Load(model_dir, model_options);
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, model_options);
   const std::optional<Tokenizer> tokenizer = LoadTokenizerIfPresent(model_dir);
 
   std::vector<int32_t> prompt;
@@ -168,14 +169,17 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
 }
 
 int RunInspectCommand(const std::vector<std::string>& args) {
-  std::string model;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--model" && i + 1 < args.size()) {
-      model = args[++i];
-    } else {
-      throw MakeError("inspect: unknown argument '", args[i], "' (usage: deepinfer inspect [--model DIR])");
-    }
+  static const std::vector<Flag<std::string>> flags = {
+      {"--model", "DIR", "model directory (default: the embedded tiny model)",
+       [](std::string& model, const std::string& v) { model = v; }},
+  };
+  if (WantsHelp(args)) {
+    std::cout << "usage: deepinfer inspect [flags]\n";
+    PrintFlagHelp(std::cout, flags);
+    return 0;
   }
+  std::string model;
+  ParseFlags("inspect", args, flags, model);
   const std::string model_dir = ModelDirOrDefault(model);
   const ModelConfig c = LoadModelConfig(model_dir);
   std::printf("model: %s\nconfig: %s\n", model_dir.c_str(), c.source.c_str());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/bench_command.h"
+#include "cli/build_info.h"
 #include "cli/chat_command.h"
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
@@ -29,7 +30,7 @@ void PrintUsage() {
       "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
       "  serve          an OpenAI-compatible HTTP server with a chat page\n"
       "  chat           chat with a model in the terminal\n"
-      "run 'deepinfer <command> --help' for a command's flags\n",
+      "run 'deepinfer <command> --help' for a command's flags; 'deepinfer --version' for the build\n",
       stderr);
 }
 
@@ -57,6 +58,10 @@ int main(int argc, char** argv) {
     if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
     if (command == "serve") return deepinfer::RunServeCommand(args);
     if (command == "chat") return deepinfer::RunChatCommand(args);
+    if (command == "--version" || command == "version") {
+      std::fputs(deepinfer::VersionText().c_str(), stdout);
+      return 0;
+    }
     if (command == "--help" || command == "-h" || command == "help") {
       PrintUsage();
       return 0;

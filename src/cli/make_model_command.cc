@@ -22,6 +22,7 @@
 #include "cli/flags.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "core/progress.h"
 #include "io/safetensors_writer.h"
 #include "model/engram_hash.h"
 #include "model/weights.h"
@@ -726,12 +727,17 @@ MakeModelResult MakeModel(const MakeModelOptions& requested) {
                         " --experts " + std::to_string(options.experts) + " --vocab " +
                         std::to_string(result.config.vocab_size) + " --seed " + std::to_string(options.seed)}};
   const uint64_t seed = options.seed;
+  uint64_t total = 0;
+  for (const TensorSpec& spec : plan.specs()) total += spec.nbytes();
+  ProgressBar bar("make-model", total);
   const CheckpointFiles files = WriteSafetensorsCheckpoint(
       options.out, plan.specs(),
       [&](size_t index, const TensorSpec&, uint64_t offset, std::span<uint8_t> bytes) {
         plan.Fill(seed, index, offset, bytes);
+        bar.Add(bytes.size());
       },
       shard_bytes, metadata, options.threads);
+  bar.Finish();
 
   fs::copy_file(tokenizer, out / "tokenizer.json", fs::copy_options::overwrite_existing, ec);
   if (ec) throw MakeError(tokenizer, ": cannot copy to ", (out / "tokenizer.json").string(), ": ", ec.message());

@@ -11,6 +11,7 @@
 
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/model_loading.h"
 #include "cli/serving_bench.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -166,7 +167,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
     throw MakeError(model_dir, ": no tokenizer.json (the server needs it for text and for output)");
   }
   std::fprintf(stderr, "serve: loading %s\n", model_dir.c_str());
-  const std::unique_ptr<Model> model = Model::Load(model_dir, ModelOptions{.max_context = o.max_model_len});
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, ModelOptions{.max_context = o.max_model_len});
   const Tokenizer tokenizer = Tokenizer::FromFile(tokenizer_path);
   std::string name = o.served_model_name;
   if (name.empty()) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/flags.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,25 +29,46 @@ struct TokenizeOptions {
   std::optional<std::string> decode;
 };
 
+struct TokenizeFlags {
+  std::optional<std::string> tokenizer, model, text, file, decode;
+};
+
+// Each flag once.
+void SetOnce(std::optional<std::string>& slot, const char* flag, const std::string& value) {
+  if (slot) throw UsageError(std::string(flag) + " given twice");
+  slot = value;
+}
+
+const std::vector<Flag<TokenizeFlags>>& Flags() {
+  static const std::vector<Flag<TokenizeFlags>> flags = {
+      {"--tokenizer", "FILE", "a tokenizer.json",
+       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.tokenizer, "--tokenizer", v); }},
+      {"--model", "DIR", "a model directory (its tokenizer.json)",
+       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.model, "--model", v); }},
+      {"--text", "T", "text to encode", [](TokenizeFlags& f, const std::string& v) { SetOnce(f.text, "--text", v); }},
+      {"--file", "F", "file whose bytes to encode",
+       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.file, "--file", v); }},
+      {"--decode", "1,2,3", "token ids to decode",
+       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.decode, "--decode", v); }},
+  };
+  return flags;
+}
+
 TokenizeOptions ParseOptions(const std::vector<std::string>& args) {
-  TokenizeOptions options;
-  std::optional<std::string> tokenizer;
-  std::optional<std::string> model;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    std::optional<std::string>* target = flag == "--tokenizer" ? &tokenizer
-                                         : flag == "--model"   ? &model
-                                         : flag == "--text"    ? &options.text
-                                         : flag == "--file"    ? &options.file
-                                         : flag == "--decode"  ? &options.decode
-                                                               : nullptr;
-    if (target == nullptr) throw UsageError("unknown argument \"" + flag + "\"");
-    if (i + 1 == args.size()) throw UsageError(flag + " needs a value");
-    if (target->has_value()) throw UsageError(flag + " given twice");
-    *target = args[++i];
+  TokenizeFlags f;
+  try {
+    ParseFlags("tokenize", args, Flags(), f);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
   }
-  if (tokenizer.has_value() == model.has_value()) throw UsageError("give exactly one of --tokenizer and --model");
-  options.tokenizer_path = tokenizer ? *tokenizer : *model + "/tokenizer.json";
+  if (f.tokenizer.has_value() == f.model.has_value()) throw UsageError("give exactly one of --tokenizer and --model");
+  TokenizeOptions options;
+  options.text = f.text;
+  options.file = f.file;
+  options.decode = f.decode;
+  options.tokenizer_path = f.tokenizer ? *f.tokenizer : *f.model + "/tokenizer.json";
   const int inputs = options.text.has_value() + options.file.has_value() + options.decode.has_value();
   if (inputs != 1) throw UsageError("give exactly one of --text, --file and --decode");
   return options;
@@ -87,6 +109,11 @@ std::string ReadInputFile(const std::string& path) {
 int RunTokenizeCommand(const std::vector<std::string>& args) { return RunTokenizeCommand(args, std::cout, std::cerr); }
 
 int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (WantsHelp(args)) {
+    out << kUsage << "\n";
+    PrintFlagHelp(out, Flags());
+    return 0;
+  }
   try {
     const TokenizeOptions options = ParseOptions(args);
     const Tokenizer tokenizer = Tokenizer::FromFile(options.tokenizer_path);
