@@ -317,7 +317,11 @@ void EngineLoop::AbortAll(const std::string& why) {
     }
   }
   // The engine reports the aborts in its next Step; their owners are gone, so they are dropped.
-  while (!engine_.idle()) (void)engine_.Step();
+  try {
+    while (!engine_.idle()) (void)engine_.Step();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "serve: internal error while aborting: %s\n", e.what());
+  }
   for (const std::unique_ptr<Active>& a : active_) {
     if (!a->outbox.empty()) a->channel->Push(std::exchange(a->outbox, {}));
   }
