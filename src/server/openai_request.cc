@@ -219,7 +219,7 @@ void ParseCommon(const Fields& f, const ModelInfo& model, GenerationRequest& r) 
 }
 
 // Applies the context limit and the default max_tokens, once the prompt lengths are known.
-void ApplyLengthLimits(const Fields& f, const ModelInfo& model, GenerationRequest& r, const char* length_field,
+void ApplyLengthLimits(const ModelInfo& model, GenerationRequest& r, const char* length_field,
                        std::optional<int64_t> max_tokens, int64_t default_max_tokens, const char* prompt_field) {
   int64_t longest = 0;
   for (const std::vector<int32_t>& p : r.prompts) longest = std::max<int64_t>(longest, p.size());
@@ -239,7 +239,6 @@ void ApplyLengthLimits(const Fields& f, const ModelInfo& model, GenerationReques
                              " for the completion). Please reduce the length of the prompt or " + length_field + ".",
                          "context_length_exceeded");
   }
-  (void)f;
   r.params.stop.max_tokens = max_tokens ? *max_tokens : std::min(default_max_tokens, limit - longest);
 }
 
@@ -359,13 +358,24 @@ void CheckModelName(const Json& body, const ModelInfo& model) {
   }
 }
 
-GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& model) {
+namespace {
+
+// What both generation endpoints read first: an object for the served model, and the fields
+// they share.
+GenerationRequest BeginGeneration(const Json& body, const ModelInfo& model, ApiKind kind) {
   RequireObject(body);
   CheckModelName(body, model);
-  const Fields f(body);
   GenerationRequest r;
-  r.kind = ApiKind::kChat;
-  ParseCommon(f, model, r);
+  r.kind = kind;
+  ParseCommon(Fields(body), model, r);
+  return r;
+}
+
+}  // namespace
+
+GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& model) {
+  GenerationRequest r = BeginGeneration(body, model, ApiKind::kChat);
+  const Fields f(body);
 
   const Json* messages = f.Get("messages");
   if (!messages) throw InvalidRequest("messages", "messages: required", "missing_required_parameter");
@@ -440,17 +450,13 @@ GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& 
     max_tokens = m;
     length_field = "max_completion_tokens";
   }
-  ApplyLengthLimits(f, model, r, length_field, max_tokens, std::numeric_limits<int64_t>::max(), "messages");
+  ApplyLengthLimits(model, r, length_field, max_tokens, std::numeric_limits<int64_t>::max(), "messages");
   return r;
 }
 
 GenerationRequest ParseCompletionRequest(const Json& body, const ModelInfo& model) {
-  RequireObject(body);
-  CheckModelName(body, model);
+  GenerationRequest r = BeginGeneration(body, model, ApiKind::kCompletion);
   const Fields f(body);
-  GenerationRequest r;
-  r.kind = ApiKind::kCompletion;
-  ParseCommon(f, model, r);
   if (f.Bool("echo").value_or(false)) Refuse("echo", "echo is not supported by this server");
   if (const auto suffix = f.String("suffix"); suffix && !suffix->empty()) {
     Refuse("suffix", "suffix (fill-in-the-middle) is not supported by this server");
@@ -499,7 +505,7 @@ GenerationRequest ParseCompletionRequest(const Json& body, const ModelInfo& mode
     throw InvalidRequest("n", "n x prompts: at most " + std::to_string(kMaxChoices * 4) + " choices in one request");
   }
   // OpenAI's default for completions is 16 tokens.
-  ApplyLengthLimits(f, model, r, "max_tokens", f.Integer("max_tokens", 1, std::numeric_limits<int64_t>::max()), 16,
+  ApplyLengthLimits(model, r, "max_tokens", f.Integer("max_tokens", 1, std::numeric_limits<int64_t>::max()), 16,
                     "prompt");
   return r;
 }
