@@ -35,6 +35,7 @@ fi
 part "server test venv"
 "$venv/bin/python" -m pytest tests/server -q -p no:cacheprovider -rs --durations=8 \
   --deepinfer build/src/cli/deepinfer --artifacts build/server-test
+cat build/server-test/soak.txt
 part "server pytest suite"
 
 # The serving engine and the server under AddressSanitizer + UBSan: the load test (256

@@ -568,7 +568,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Log(std::string_view note) {
-    if (!server_.options.access_log || route_ == nullptr || logged_ == start_) return;
+    if (!server_.options.access_log || logged_ == start_) return;
     logged_ = start_;
     const Clock::time_point now = Clock::now();
     std::string ttft = "-";
@@ -584,7 +584,8 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     }
     std::fprintf(stderr, "serve: %s \"%s %s\" %d prompt=%lld completion=%lld ttft_ms=%s total_ms=%.1f%s%s%s\n",
-                 id.c_str(), method_.c_str(), std::string(PathOf(target_)).c_str(), status_,
+                 id.c_str(), method_.empty() ? "?" : method_.c_str(),
+                 target_.empty() ? "?" : std::string(PathOf(target_)).substr(0, 200).c_str(), status_,
                  static_cast<long long>(usage.prompt_tokens), static_cast<long long>(usage.completion_tokens),
                  ttft.c_str(), Millis(now - start_), note.data(),
                  error_.empty() ? "" : " error: ", error_.substr(0, 200).c_str());

@@ -29,7 +29,7 @@ def pytest_addoption(parser):
     parser.addoption("--artifacts", default=None, help="folder for screenshots and logs (default: a temp dir)")
     parser.addoption("--soak-clients", type=int, default=256, help="concurrent streaming clients per soak round")
     parser.addoption("--soak-rounds", type=int, default=3, help="soak rounds (RSS is compared across them)")
-    parser.addoption("--schema-examples", type=int, default=25, help="schemathesis examples per operation")
+    parser.addoption("--schema-examples", type=int, default=15, help="schemathesis examples per operation")
 
 
 class Server:
@@ -109,6 +109,7 @@ def artifacts(request, tmp_path_factory):
     folder = request.config.getoption("--artifacts")
     if folder is None:
         return str(tmp_path_factory.mktemp("artifacts"))
+    folder = os.path.abspath(folder)
     os.makedirs(folder, exist_ok=True)
     return folder
 

@@ -24,7 +24,7 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(deepinfer, tiny_
              "--seed", "1", "--workers", "1", "--phases", "examples,coverage,fuzzing", "--request-timeout", "120",
              "-H", "Authorization: Bearer " + API_KEY, "--report", "junit", "--report-dir",
              os.path.join(artifacts, "schemathesis")],
-            capture_output=True, text=True, timeout=1200)
+            capture_output=True, text=True, timeout=1200, cwd=artifacts)  # its cache folder lands there
         output = result.stdout + result.stderr
         print(output[-3000:])
         assert result.returncode == 0, output[-20000:]

@@ -8,6 +8,7 @@ under ASan + UBSan and TSan builds (tools/test.sh passes --soak-clients / --soak
 
 import http.client
 import json
+import os
 import random
 import socket
 import threading
@@ -142,7 +143,7 @@ def soak_round(server, rng, clients):
             "generated": generated, "rss": server.rss_bytes(), "kv_held": after["deepinfer_kv_cache_held_bytes"]}
 
 
-def test_soak(deepinfer, request):
+def test_soak(deepinfer, request, artifacts):
     clients = request.config.getoption("--soak-clients")
     rounds = request.config.getoption("--soak-rounds")
     # Room for every client at once: 64 running, the rest queued.
@@ -154,10 +155,14 @@ def test_soak(deepinfer, request):
             # over the first round (measured: +3.5 MiB from round 1 to 2, then < 1 MiB a round).
             soak_round(server, rng, clients)
         results = [soak_round(server, rng, clients) for _ in range(rounds)]
+        lines = [f"soak: {clients} concurrent streaming clients per round" + (", after a warm-up round" if rounds >= 3 else "")]
         for i, r in enumerate(results):
-            print(f"round {i + 1}: {r['survivors']} streams completed, {r['left']} left mid-stream, "
-                  f"{r['mid_request']} mid-request, {r['generated']} tokens in {r['elapsed_s']:.1f} s, "
-                  f"RSS {r['rss'] / 2**20:.1f} MiB (KV pool {r['kv_held'] / 2**20:.1f} MiB held)")
+            lines.append(f"round {i + 1}: {r['survivors']} streams completed, {r['left']} left mid-stream, "
+                         f"{r['mid_request']} mid-request, {r['generated']:.0f} tokens in {r['elapsed_s']:.1f} s, "
+                         f"RSS {r['rss'] / 2**20:.1f} MiB (KV pool {r['kv_held'] / 2**20:.1f} MiB held)")
+        print("\n".join(lines))
+        with open(os.path.join(artifacts, "soak.txt"), "w") as summary:
+            summary.write("\n".join(lines) + "\n")
         if rounds >= 3:
             growth = results[-1]["rss"] - results[0]["rss"]
             assert growth <= 0.03 * results[0]["rss"], [r["rss"] for r in results]
