@@ -3,7 +3,7 @@
 # and for the server's end-to-end tests Python's venv, Selenium and headless Chromium.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libutf8proc-dev libpcre2-dev libboost-dev clang-14 libclang-rt-14-dev clang-format
+          nlohmann-json3-dev libutf8proc-dev libpcre2-dev libboost-dev clang-14 libclang-rt-14-dev clang-format time
           python3-venv python3-selenium chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do

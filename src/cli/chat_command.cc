@@ -55,17 +55,17 @@ const std::vector<Flag<TerminalChatOptions>>& ChatFlags() {
          }
        }},
       {"--max-tokens", "N", "longest reply in tokens (default 1024; the context also ends it)",
-       [](TerminalChatOptions& o, const std::string& v) { o.max_tokens = ParseIntFlag("--max-tokens", v, 1); }},
+       [](TerminalChatOptions& o, const std::string& v) {
+         o.max_tokens = ParseIntFlag("--max-tokens", v, 1, kMaxTokensFlag);
+       }},
       {"--seed", "S", "sampling seed; turn k uses S + k (default: random)",
-       [](TerminalChatOptions& o, const std::string& v) {
-         o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v, 0));
-       }},
-      {"--threads", "N", "worker threads (default: all cores)",
-       [](TerminalChatOptions& o, const std::string& v) {
-         o.threads = static_cast<int>(ParseIntFlag("--threads", v, 0));
-       }},
+       [](TerminalChatOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
+      {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
+       [](TerminalChatOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--max-context", "N", "maximum conversation length in tokens (default: the model's)",
-       [](TerminalChatOptions& o, const std::string& v) { o.max_context = ParseIntFlag("--max-context", v, 0); }},
+       [](TerminalChatOptions& o, const std::string& v) {
+         o.max_context = ParseIntFlag("--max-context", v, 0, kMaxTokensFlag);
+       }},
   });
   return flags;
 }

@@ -28,9 +28,7 @@ std::vector<Flag<Options>> SamplingFlags() {
        [](Options& o, const std::string& v) { o.sampling.top_p = RealFlagIn("--top-p", v, 0, 1, true); }},
       {"--top-k", "K", "keep the K most likely tokens; 0 = off",
        [](Options& o, const std::string& v) {
-         const int64_t k = ParseIntFlag("--top-k", v, 0);
-         if (k > INT32_MAX) throw MakeError("--top-k: ", k, " is too large");
-         o.sampling.top_k = static_cast<int32_t>(k);
+         o.sampling.top_k = static_cast<int32_t>(ParseIntFlag("--top-k", v, 0, INT32_MAX));
        }},
       {"--min-p", "P", "drop tokens less likely than P x the most likely one, [0, 1]; 0 = off",
        [](Options& o, const std::string& v) { o.sampling.min_p = RealFlagIn("--min-p", v, 0, 1); }},

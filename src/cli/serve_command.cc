@@ -45,11 +45,7 @@ struct ServeOptions {
   std::optional<uint64_t> seed;
 };
 
-int64_t Positive(const std::string& flag, const std::string& v, int64_t max) {
-  const int64_t n = ParseIntFlag(flag, v, 1);
-  if (n > max) throw MakeError(flag, ": ", n, " is more than ", max);
-  return n;
-}
+int64_t Positive(const std::string& flag, const std::string& v, int64_t max) { return ParseIntFlag(flag, v, 1, max); }
 
 std::chrono::milliseconds Seconds(const std::string& flag, const std::string& v) {
   const double s = ParseRealFlag(flag, v);
@@ -65,9 +61,7 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
        [](ServeOptions& o, const std::string& v) { o.http.host = v; }},
       {"--port", "PORT", "TCP port (default 8000; 0 picks a free one and prints it)",
        [](ServeOptions& o, const std::string& v) {
-         const int64_t port = ParseIntFlag("--port", v, 0);
-         if (port > 65535) throw MakeError("--port: expected 0..65535, got ", port);
-         o.http.port = static_cast<uint16_t>(port);
+         o.http.port = static_cast<uint16_t>(ParseIntFlag("--port", v, 0, 65535));
        }},
       {"--served-model-name", "NAME", "the model name clients use (default: the model folder's name)",
        [](ServeOptions& o, const std::string& v) {
@@ -80,7 +74,9 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
          o.http.api_key = v;
        }},
       {"--max-model-len", "N", "context limit, prompt + completion (default: the model's max_position_embeddings)",
-       [](ServeOptions& o, const std::string& v) { o.max_model_len = ParseIntFlag("--max-model-len", v, 2); }},
+       [](ServeOptions& o, const std::string& v) {
+         o.max_model_len = ParseIntFlag("--max-model-len", v, 2, kMaxTokensFlag);
+       }},
       {"--kv-cache-memory", "BYTES", "KV cache budget, e.g. 512M or 4G; 0: no limit (default auto: 1/4 of RAM)",
        [](ServeOptions& o, const std::string& v) {
          if (v == "auto") {
@@ -94,9 +90,9 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
       {"--max-step-tokens", "N", "tokens one engine step may run (default 512)",
        [](ServeOptions& o, const std::string& v) { o.max_step_tokens = Positive("--max-step-tokens", v, 1 << 20); }},
       {"--max-queue", "N", "requests accepted beyond the running ones before 429 (default 512)",
-       [](ServeOptions& o, const std::string& v) { o.max_queue = ParseIntFlag("--max-queue", v, 0); }},
-      {"--threads", "N", "compute threads (default: all cores)",
-       [](ServeOptions& o, const std::string& v) { o.threads = static_cast<int>(Positive("--threads", v, 4096)); }},
+       [](ServeOptions& o, const std::string& v) { o.max_queue = ParseIntFlag("--max-queue", v, 0, 1 << 20); }},
+      {"--threads", "N", "compute threads (default: all cores; at most 4 per hardware thread)",
+       [](ServeOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
        [](ServeOptions& o, const std::string& v) {
          o.isa = ParseIsa(v);
@@ -123,7 +119,7 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
       {"--no-prefix-cache", nullptr, "turn the prefix cache off",
        [](ServeOptions& o, const std::string&) { o.prefix_cache = false; }},
       {"--seed", "S", "seeds requests that bring none (default: random)",
-       [](ServeOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v, 0)); }},
+       [](ServeOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--no-access-log", nullptr, "no per-request log line",
        [](ServeOptions& o, const std::string&) { o.http.access_log = false; }},
   };

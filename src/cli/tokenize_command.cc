@@ -1,13 +1,14 @@
 #include "cli/tokenize_command.h"
 
 #include <charconv>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
 #include "cli/flags.h"
 #include "core/error.h"
+#include "core/model_directory.h"
+#include "core/regular_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -22,15 +23,15 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// --file: text to encode, read whole (a regular file, not a device or a FIFO).
+constexpr size_t kMaxInputFileBytes = 64 << 20;
+
 struct TokenizeOptions {
-  std::string tokenizer_path;
+  std::optional<std::string> tokenizer_path;
+  std::optional<std::string> model_dir;
   std::optional<std::string> text;
   std::optional<std::string> file;
   std::optional<std::string> decode;
-};
-
-struct TokenizeFlags {
-  std::optional<std::string> tokenizer, model, text, file, decode;
 };
 
 // Each flag once.
@@ -39,36 +40,33 @@ void SetOnce(std::optional<std::string>& slot, const char* flag, const std::stri
   slot = value;
 }
 
-const std::vector<Flag<TokenizeFlags>>& Flags() {
-  static const std::vector<Flag<TokenizeFlags>> flags = {
+const std::vector<Flag<TokenizeOptions>>& Flags() {
+  static const std::vector<Flag<TokenizeOptions>> flags = {
       {"--tokenizer", "FILE", "a tokenizer.json",
-       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.tokenizer, "--tokenizer", v); }},
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.tokenizer_path, "--tokenizer", v); }},
       {"--model", "DIR", "a model directory (its tokenizer.json)",
-       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.model, "--model", v); }},
-      {"--text", "T", "text to encode", [](TokenizeFlags& f, const std::string& v) { SetOnce(f.text, "--text", v); }},
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.model_dir, "--model", v); }},
+      {"--text", "T", "text to encode", [](TokenizeOptions& f, const std::string& v) { SetOnce(f.text, "--text", v); }},
       {"--file", "F", "file whose bytes to encode",
-       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.file, "--file", v); }},
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.file, "--file", v); }},
       {"--decode", "1,2,3", "token ids to decode",
-       [](TokenizeFlags& f, const std::string& v) { SetOnce(f.decode, "--decode", v); }},
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.decode, "--decode", v); }},
   };
   return flags;
 }
 
 TokenizeOptions ParseOptions(const std::vector<std::string>& args) {
-  TokenizeFlags f;
+  TokenizeOptions options;
   try {
-    ParseFlags("tokenize", args, Flags(), f);
+    ParseFlags("tokenize", args, Flags(), options);
   } catch (const UsageError&) {
     throw;
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
-  if (f.tokenizer.has_value() == f.model.has_value()) throw UsageError("give exactly one of --tokenizer and --model");
-  TokenizeOptions options;
-  options.text = f.text;
-  options.file = f.file;
-  options.decode = f.decode;
-  options.tokenizer_path = f.tokenizer ? *f.tokenizer : *f.model + "/tokenizer.json";
+  if (options.tokenizer_path.has_value() == options.model_dir.has_value()) {
+    throw UsageError("give exactly one of --tokenizer and --model");
+  }
   const int inputs = options.text.has_value() + options.file.has_value() + options.decode.has_value();
   if (inputs != 1) throw UsageError("give exactly one of --text, --file and --decode");
   return options;
@@ -97,11 +95,16 @@ std::vector<int32_t> ParseIds(const std::string& list, const Tokenizer& tokenize
 }
 
 std::string ReadInputFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw MakeError("--file: cannot open \"", path, "\"");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  try {
+    return ReadRegularFile(path, kMaxInputFileBytes);
+  } catch (const Error& e) {
+    throw MakeError("--file: ", e.what());
+  }
+}
+
+Tokenizer LoadTokenizer(const TokenizeOptions& options) {
+  if (options.tokenizer_path) return Tokenizer::FromFile(*options.tokenizer_path);
+  return Tokenizer::FromFile(ModelDirectory(*options.model_dir).Open("tokenizer.json", "the tokenizer"));
 }
 
 }  // namespace
@@ -116,12 +119,14 @@ int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, 
   }
   try {
     const TokenizeOptions options = ParseOptions(args);
-    const Tokenizer tokenizer = Tokenizer::FromFile(options.tokenizer_path);
+    // The input first: a bad --file is reported before the tokenizer takes its second to load.
+    const std::string input = options.file ? ReadInputFile(*options.file) : options.text.value_or("");
+    const Tokenizer tokenizer = LoadTokenizer(options);
     if (options.decode) {
       out << tokenizer.Decode(ParseIds(*options.decode, tokenizer)) << '\n';
       return 0;
     }
-    const std::vector<int32_t> ids = tokenizer.Encode(options.text ? *options.text : ReadInputFile(*options.file));
+    const std::vector<int32_t> ids = tokenizer.Encode(input);
     for (size_t i = 0; i < ids.size(); ++i) out << (i == 0 ? "" : " ") << ids[i];
     out << '\n';
     return 0;
@@ -129,7 +134,7 @@ int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, 
     err << "deepinfer tokenize: " << error.what() << '\n' << kUsage << '\n';
     return 2;
   } catch (const Error& error) {
-    err << "deepinfer tokenize: " << error.what() << '\n';
+    err << "deepinfer tokenize: error: " << error.what() << '\n';
     return 1;
   }
 }

@@ -328,7 +328,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  Json Parse(const std::string& body) const { return ParseRequestJson(body, server_.options.max_json_depth); }
+  Json Parse(const std::string& body) const {
+    return ParseRequestJson(
+        body, JsonLimits{server_.options.max_request_bytes, server_.options.max_json_depth, DuplicateKeys::kLastWins});
+  }
 
   void Generate(GenerationRequest request) {
     auto gen = std::make_unique<Generation>();

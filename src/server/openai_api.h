@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "chat/output_parser.h"
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/engine_loop.h"
@@ -173,10 +174,11 @@ class ResponseBuilder {
 // "chatcmpl-..." / "cmpl-..." / "call_...": a prefix and 24 random alphanumerics.
 std::string RandomId(std::string_view prefix);
 
-// The server's bounded JSON parse of a request body: at most `max_depth` nested arrays /
-// objects, every library exception turned into a 400 that says where the text is bad. (Kept
-// in one function so it can move onto the shared bounded-JSON helper.)
-Json ParseRequestJson(std::string_view body, int max_depth);
+// A request body parsed with the shared bounded-JSON helper (core/bounded_json.h) within
+// `limits`: a body over the byte limit, nested too deep or not JSON is a 400 (invalid_json)
+// that says where the text is bad. A repeated key keeps its last value, as Python's json.loads
+// (the reference servers') does.
+Json ParseRequestJson(std::string_view body, const JsonLimits& limits);
 
 // json.dump that never throws on invalid UTF-8 (replaced by U+FFFD).
 std::string DumpJson(const Json& value);

@@ -596,36 +596,12 @@ std::string RandomId(std::string_view prefix) {
   return id;
 }
 
-Json ParseRequestJson(std::string_view body, int max_depth) {
-  // Depth first, over the raw text (strings skipped), so no parser ever builds a deep tree.
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        throw InvalidRequest("",
-                             "the JSON body nests deeper than " + std::to_string(max_depth) + " levels (at byte " +
-                                 std::to_string(i) + ")",
-                             "invalid_json");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+Json ParseRequestJson(std::string_view body, const JsonLimits& limits) {
   try {
-    return Json::parse(body);
-  } catch (const nlohmann::json::exception& e) {
-    // e.what() names the byte position and what was expected; it never echoes the whole body.
-    throw InvalidRequest("", std::string("the body is not valid JSON: ") + e.what(), "invalid_json");
+    return ParseOrderedJsonBounded(body, "the body", limits);
+  } catch (const Error& e) {
+    // Says where the text is bad (line, column, nesting); it never echoes the whole body.
+    throw InvalidRequest("", e.what(), "invalid_json");
   }
 }
 

@@ -14,6 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The server's defaults (HttpServerOptions).
+constexpr JsonLimits kTestJsonLimits{size_t{16} << 20, 64, DuplicateKeys::kLastWins};
+
 const ModelInfo& Info() {
   static const ModelInfo info = DescribeModel("m", testing::ProjectTokenizer(), 129280, 1024);
   return info;
@@ -24,7 +27,7 @@ Json Body(std::string_view text) { return Json::parse(text); }
 // The ApiError a body gets, as "status param code".
 std::string ErrorOf(const std::string& text, bool chat = true) {
   try {
-    const Json body = ParseRequestJson(text, 64);
+    const Json body = ParseRequestJson(text, kTestJsonLimits);
     if (chat) {
       (void)ParseChatCompletionRequest(body, Info());
     } else {
@@ -112,7 +115,7 @@ TEST(OpenAiRequest, ErrorsNameTheField) {
 TEST(OpenAiRequest, HugeTextIsRefusedBeforeTokenizing) {
   const std::string body = "{\"prompt\": \"" + std::string(8 << 20, 'a') + "\"}";
   try {
-    (void)ParseCompletionRequest(ParseRequestJson(body, 64), Info());
+    (void)ParseCompletionRequest(ParseRequestJson(body, kTestJsonLimits), Info());
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), 400);
