@@ -147,6 +147,14 @@ def client(server):
     return OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
 
 
+def sse_lines(response):
+    """The lines of a streamed response, decoded as UTF-8 (SSE's encoding). Not
+    iter_lines(decode_unicode=True): without a charset it decodes as Latin-1 and then splits at
+    U+0085 and other Unicode line breaks that UTF-8 text bytes can turn into."""
+    for raw in response.iter_lines():
+        yield raw.decode("utf-8")
+
+
 def parse_metrics(text):
     """Prometheus text -> {name: value} and {name{labels}: value}, labels as written."""
     values = {}

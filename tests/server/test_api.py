@@ -6,7 +6,7 @@ import time
 
 import requests
 
-from conftest import API_KEY, MAX_MODEL_LEN, MODEL_NAME, Server, metrics, wait_idle
+from conftest import API_KEY, MAX_MODEL_LEN, MODEL_NAME, Server, metrics, sse_lines, wait_idle
 
 GREEDY = {"temperature": 0}
 NO_EOS = {"ignore_eos": True}  # a random model could end early; counts must be exact
@@ -21,7 +21,7 @@ def tokenize(http, server, **body):
 def sse_events(response):
     """The `data:` payloads of an SSE response, [DONE] included."""
     events = []
-    for line in response.iter_lines(decode_unicode=True):
+    for line in sse_lines(response):
         if line and line.startswith("data: "):
             events.append(line[len("data: "):])
     return events
@@ -296,7 +296,7 @@ def test_sigterm_finishes_or_aborts_within_the_deadline(deepinfer, tiny_model):
     body = {"prompt": [1, 2, 3], "max_tokens": 3000, "ignore_eos": True, "stream": True}
     response = requests.post(s.url + "/v1/completions", json=body, stream=True, timeout=60)
     assert response.status_code == 200
-    lines = response.iter_lines(decode_unicode=True)
+    lines = sse_lines(response)
     first = next(line for line in lines if line)
     assert first.startswith("data: ")
     started = time.time()

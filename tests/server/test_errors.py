@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from conftest import API_KEY, HEADER_TIMEOUT_S, MAX_MODEL_LEN, MODEL_NAME, Server, metrics, wait_idle
+from conftest import API_KEY, HEADER_TIMEOUT_S, MAX_MODEL_LEN, MODEL_NAME, Server, metrics, sse_lines, wait_idle
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -178,7 +178,7 @@ def background_stream(server):
         r = requests.post(server.url + COMPLETIONS, json=body, headers={"Authorization": "Bearer " + API_KEY},
                           stream=True, timeout=300)
         result["status"] = r.status_code
-        events = [line[6:] for line in r.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+        events = [line[6:] for line in sse_lines(r) if line.startswith("data: ")]
         result["events"] = events
         result["end"] = time.time()
 
