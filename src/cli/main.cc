@@ -19,7 +19,8 @@
 
 namespace {
 
-void PrintUsage() {
+// On stdout when asked for (--help), on stderr after a bad command line.
+void PrintUsage(FILE* out) {
   std::fputs(
       "usage: deepinfer <command> [flags]\n"
       "  generate       run the model on a prompt (default: the embedded tiny V4.1 model)\n"
@@ -31,7 +32,7 @@ void PrintUsage() {
       "  serve          an OpenAI-compatible HTTP server with a chat page\n"
       "  chat           chat with a model in the terminal\n"
       "run 'deepinfer <command> --help' for a command's flags; 'deepinfer --version' for the build\n",
-      stderr);
+      out);
 }
 
 }  // namespace
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   if (argc < 2) {
-    PrintUsage();
+    PrintUsage(stderr);
     return 2;
   }
   const std::string command = argv[1];
@@ -63,11 +64,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "--help" || command == "-h" || command == "help") {
-      PrintUsage();
+      PrintUsage(stdout);
       return 0;
     }
     std::fprintf(stderr, "deepinfer: unknown command '%s'\n", command.c_str());
-    PrintUsage();
+    PrintUsage(stderr);
     return 2;
   } catch (const deepinfer::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
