@@ -9,13 +9,13 @@ import pytest
 
 from conftest import API_KEY, MODEL_NAME
 
-selenium = pytest.importorskip("selenium", reason="python3-selenium is installed by tools/setup.sh")
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.options import Options  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+# Not skipped when missing: tools/setup.sh installs python3-selenium, chromium and chromium-driver.
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
 
 
 @pytest.fixture
