@@ -29,7 +29,7 @@ HttpUrl ParseHttpUrl(const std::string& flag, const std::string& url) {
       rest.find('/') != std::string_view::npos) {
     throw MakeError(flag, ": expected http://HOST:PORT, got '", url, "'");
   }
-  HttpUrl parsed{std::string(rest.substr(0, colon)), std::string(rest.substr(colon + 1)), url};
+  HttpUrl parsed{std::string(rest.substr(0, colon)), std::string(rest.substr(colon + 1)), url, ""};
   for (const char c : parsed.port) {
     if (c < '0' || c > '9') throw MakeError(flag, ": bad port in '", url, "'");
   }
@@ -49,6 +49,7 @@ int HttpRequest(const HttpUrl& url, const std::string& method, const std::string
   http::request<http::string_body> request(http::string_to_verb(method), path, 11);
   request.set(http::field::host, url.host);
   request.set(http::field::content_type, "application/json");
+  if (!url.api_key.empty()) request.set(http::field::authorization, "Bearer " + url.api_key);
   request.body() = body;
   request.prepare_payload();
   http::write(stream, request, ec);

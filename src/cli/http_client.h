@@ -12,7 +12,8 @@ namespace deepinfer {
 struct HttpUrl {
   std::string host;
   std::string port;
-  std::string text;  // as given, for messages
+  std::string text;     // as given, for messages
+  std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
 };
 
 // "http://HOST:PORT" (an optional trailing "/"); `flag` is named in errors.

@@ -117,6 +117,7 @@ struct ServingOptions {
   uint64_t seed = 0;
   bool json = false;
   std::string url;  // drive a running server instead of an engine in this process
+  std::string api_key;
 };
 
 // Client threads of an HTTP run at most (requests beyond wait client-side for a free one).
@@ -176,11 +177,14 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
        [](ServingOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](ServingOptions& o, const std::string&) { o.json = true; }},
-      {"--url", "http://HOST:PORT", "drive a running deepinfer serve over HTTP (SSE streams) with the same workload",
+      {"--url", "http://HOST:PORT",
+       "drive a running deepinfer serve over HTTP (SSE streams), same workload; empties its prefix cache first",
        [](ServingOptions& o, const std::string& v) {
          (void)ParseHttpUrl("--url", v);
          o.url = v;
        }},
+      {"--api-key", "KEY", "with --url: the server's API key",
+       [](ServingOptions& o, const std::string& v) { o.api_key = v; }},
   };
   return flags;
 }
@@ -431,12 +435,17 @@ void StreamOne(const HttpUrl& url, const ServingOptions& o, const std::vector<in
 
 std::vector<RequestRecord> ServeOverHttp(const ServingOptions& o, const std::vector<double>& arrivals,
                                          ServingRun& run) {
-  const HttpUrl url = ParseHttpUrl("--url", o.url);
+  HttpUrl url = ParseHttpUrl("--url", o.url);
+  url.api_key = o.api_key;
   const Json health = ParseOrderedJsonBounded(HttpGet(url, "/health"), o.url + "/health", kServerJsonLimits);
   const int64_t vocab = health.at("vocab_size").get<int64_t>();
   CheckWorkload(o, vocab, health.at("max_model_len").get<int64_t>());
   const std::vector<std::vector<int32_t>> prompts = MakePrompts(o, vocab);
   std::vector<RequestRecord> records(o.num_requests);
+  // The run starts as cold as one in-process: nothing of an earlier run in the prefix cache.
+  std::string reset_body;
+  const int reset = HttpRequest(url, "POST", "/reset_prefix_cache", "", [&](std::string_view p) { reset_body += p; });
+  if (reset != 200) throw MakeError(o.url, "/reset_prefix_cache: HTTP ", reset, ": ", reset_body.substr(0, 300));
   const std::string before = HttpGet(url, "/metrics");
 
   // One client thread per request in flight, each waiting for its arrival time.
