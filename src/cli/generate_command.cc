@@ -12,6 +12,8 @@
 #include "chat/chat_encoding.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/model_loading.h"
+#include "cli/sampling_flags.h"
 #include "core/error.h"
 #include "core/model_directory.h"
 #include "core/npy.h"
@@ -35,7 +37,7 @@ struct GenerateOptions {
   std::string prompt;
   bool chat = false;
   int64_t max_tokens = -1;
-  float temperature = 0.0f;
+  SamplingParams sampling;  // greedy unless --temperature
   uint64_t seed = 0;
   int threads = 0;
   int64_t max_context = 0;
@@ -45,7 +47,7 @@ struct GenerateOptions {
 };
 
 const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
-  static const std::vector<Flag<GenerateOptions>> flags = {
+  static const std::vector<Flag<GenerateOptions>> flags = WithSamplingFlags<GenerateOptions>({
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](GenerateOptions& o, const std::string& v) { o.model = v; }},
       {"--prompt-ids", "1,2,3", "prompt as comma-separated token ids",
@@ -57,10 +59,6 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
       {"--max-tokens", "N", "number of tokens to generate (required)",
        [](GenerateOptions& o, const std::string& v) {
          o.max_tokens = ParseIntFlag("--max-tokens", v, 0, kMaxTokensFlag);
-       }},
-      {"--temperature", "T", "0 = greedy (default); > 0 samples",
-       [](GenerateOptions& o, const std::string& v) {
-         o.temperature = static_cast<float>(ParseRealFlag("--temperature", v));
        }},
       {"--seed", "S", "sampling seed (default 0)",
        [](GenerateOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
@@ -77,7 +75,7 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
        [](GenerateOptions& o, const std::string&) { o.show_ids = true; }},
       {"--ignore-eos", nullptr, "keep generating after the end-of-sentence token",
        [](GenerateOptions& o, const std::string&) { o.ignore_eos = true; }},
-  };
+  });
   return flags;
 }
 
@@ -89,7 +87,6 @@ GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
     throw MakeError("generate: give exactly one of --prompt-ids and --prompt");
   }
   if (options.chat && options.prompt.empty()) throw MakeError("generate: --chat applies to --prompt text");
-  if (options.temperature < 0) throw MakeError("--temperature must be >= 0");
   return options;
 }
 
@@ -99,13 +96,11 @@ std::vector<int32_t> ParseIdList(const std::string& text) {
   return ids;
 }
 
-std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
-
 }  // namespace
 
 int RunGenerateCommand(const std::vector<std::string>& args) {
   if (WantsHelp(args)) {
-    std::cout << "usage: deepinfer generate [flags]\n";
+    std::cout << "usage: deepinfer generate [flags]   (sampling: greedy unless --temperature)\n";
     PrintFlagHelp(std::cout, GenerateFlags());
     return 0;
   }
@@ -115,7 +110,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   const std::string model_dir = ModelDirOrDefault(options.model);
   ModelOptions model_options;
   model_options.max_context = options.max_context;
-  const std::unique_ptr<Model> model = Model::Load(model_dir, model_options);
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, model_options);
   const std::optional<Tokenizer> tokenizer = Tokenizer::FromModelDirectory(ModelDirectory(model_dir));
 
   if (!options.prompt.empty()) {
@@ -142,7 +137,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
   Engine engine(*model, ComputeContext{pool, DetectIsa()}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
-  RequestParams request{.prompt = prompt, .sampling = {options.temperature}, .seed = options.seed};
+  RequestParams request{.prompt = prompt, .sampling = options.sampling, .seed = options.seed};
   request.stop.max_tokens = options.max_tokens;
   request.stop.ignore_eos = options.ignore_eos;
   request.stop.skip_special_tokens = false;
@@ -172,14 +167,17 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
 }
 
 int RunInspectCommand(const std::vector<std::string>& args) {
-  std::string model;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--model" && i + 1 < args.size()) {
-      model = args[++i];
-    } else {
-      throw MakeError("inspect: unknown argument '", args[i], "' (usage: deepinfer inspect [--model DIR])");
-    }
+  static const std::vector<Flag<std::string>> flags = {
+      {"--model", "DIR", "model directory (default: the embedded tiny model)",
+       [](std::string& model, const std::string& v) { model = v; }},
+  };
+  if (WantsHelp(args)) {
+    std::cout << "usage: deepinfer inspect [flags]\n";
+    PrintFlagHelp(std::cout, flags);
+    return 0;
   }
+  std::string model;
+  ParseFlags("inspect", args, flags, model);
   const std::string model_dir = ModelDirOrDefault(model);
   const ModelConfig c = LoadModelConfig(model_dir);
   std::printf("model: %s\nconfig: %s\n", model_dir.c_str(), c.source.c_str());
