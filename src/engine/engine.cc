@@ -364,6 +364,7 @@ EngineStats Engine::stats() const {
   s.kv_held_bytes = pool_->held_bytes();
   s.kv_peak_bytes = pool_->peak_held_bytes();
   s.kv_in_use_bytes = pool_->in_use_bytes();
+  s.kv_pages_in_use = pool_->pages_in_use();
   if (prefix_cache_) {
     s.prefix = prefix_cache_->stats();
     s.prefix_cached_blocks = prefix_cache_->cached_blocks();

@@ -92,6 +92,7 @@ struct EngineStats {
   uint64_t kv_held_bytes = 0;  // pool memory now (pages in use, cached and kept free)
   uint64_t kv_peak_bytes = 0;  // the most the pool ever held
   uint64_t kv_in_use_bytes = 0;
+  uint64_t kv_pages_in_use = 0;  // referenced by a request or the prefix cache
   size_t prefix_cached_blocks = 0;
   PrefixCache::Stats prefix = {};
   std::vector<uint64_t> steps_per_bucket;  // parallel to context_buckets()
