@@ -20,7 +20,8 @@ class PcreReference {
   explicit PcreReference(std::string_view pattern, bool utf = false, bool search = false) : search_(search) {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    const uint32_t options = (utf ? PCRE2_UTF : 0) | (search ? 0 : PCRE2_ANCHORED);
+    // DOLLAR_ENDONLY: '$' is the end of the text (ECMAScript), not also before a final newline.
+    const uint32_t options = PCRE2_DOLLAR_ENDONLY | (utf ? PCRE2_UTF : 0) | (search ? 0 : PCRE2_ANCHORED);
     // \z: the very end (a '$' would also match before a final newline).
     const std::string wrapped = search ? std::string(pattern) : "(?:" + std::string(pattern) + ")\\z";
     code_.reset(
