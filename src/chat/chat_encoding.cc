@@ -62,7 +62,7 @@ std::string RenderTools(const nlohmann::ordered_json& tools) {
   bool first = true;
   for (const auto& tool : tools) {
     if (!tool.is_object() || !tool.contains("function")) {
-      throw MakeError("each tool must be an object with a \"function\" member, got ", PyJsonDumps(tool));
+      throw MakeError("each tool must be an object with a \"function\" member, got ", BoundedDump(tool, 200));
     }
     if (!first) out += '\n';
     first = false;
@@ -73,14 +73,11 @@ std::string RenderTools(const nlohmann::ordered_json& tools) {
 }
 
 std::string RenderToolCall(const ChatToolCall& call) {
-  nlohmann::ordered_json arguments;
-  try {
-    arguments = nlohmann::ordered_json::parse(call.arguments);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw MakeError("tool call \"", call.name, "\": arguments are not valid JSON: ", e.what());
-  }
+  const nlohmann::ordered_json arguments = ParseOrderedJsonBounded(
+      call.arguments, "tool call \"" + Printable(call.name, 100) + "\": arguments", kChatJsonLimits);
   if (!arguments.is_object()) {
-    throw MakeError("tool call \"", call.name, "\": arguments must be a JSON object, got ", call.arguments);
+    throw MakeError("tool call \"", Printable(call.name, 100), "\": arguments must be a JSON object, got ",
+                    Printable(call.arguments, 200));
   }
   std::string out = "<｜DSML｜ invoke name=\"" + call.name + "\">\n";
   bool first = true;

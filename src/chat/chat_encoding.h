@@ -17,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "core/bounded_json.h"
+
 namespace deepinfer {
 
 // One assistant tool call, as in OpenAI's message.tool_calls[i].
@@ -75,7 +77,15 @@ std::string RenderChatPrompt(const std::vector<ChatMessage>& messages, const Cha
 ChatRequest ParseChatRequestJson(const nlohmann::ordered_json& request);
 ChatRequest ParseChatRequestJson(const nlohmann::json& request);
 
-// Reads and parses a request file (see ParseChatRequestJson).
+// The limits on request JSON (a file, later an HTTP body): 16 MiB and 128 levels of nesting,
+// room for deeply nested tool schemas and arguments. Repeated keys read as Python's json.loads
+// reads them (the official encoder's behaviour): the last value wins.
+inline constexpr JsonLimits kChatJsonLimits{16 << 20, 128, DuplicateKeys::kLastWins};
+
+// Parses request text (see ParseChatRequestJson) within kChatJsonLimits; errors start with `source`.
+ChatRequest ParseChatRequestText(std::string_view text, const std::string& source);
+
+// Reads (a regular file, at most kChatJsonLimits.max_bytes) and parses a request file.
 ChatRequest LoadChatRequestFile(const std::string& path);
 
 // "1".."100" -> int, "low"/"high"/"xhigh"/"max" -> name; throws deepinfer::Error otherwise.

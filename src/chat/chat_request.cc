@@ -2,14 +2,13 @@
 // what the official encoder does with each per role (see ChatMessage::content).
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "chat/chat_encoding.h"
 #include "chat/py_json.h"
+#include "core/bounded_json.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace deepinfer {
 namespace {
@@ -33,7 +32,8 @@ std::string JoinTextParts(const Json& parts, const std::string& where) {
     const Json& part = parts[i];
     const std::string part_where = where + "[" + std::to_string(i) + "]";
     if (!part.is_object() || part.value("type", Json()) != "text") {
-      throw MakeError(part_where, ": only {\"type\": \"text\"} content parts are supported, got ", PyJsonDumps(part));
+      throw MakeError(part_where, ": only {\"type\": \"text\"} content parts are supported, got ",
+                      BoundedDump(part, 200));
     }
     if (i > 0) joined += "\n\n";
     joined += RequireString(part.contains("text") ? part["text"] : Json(), part_where + ".text");
@@ -140,12 +140,14 @@ ReasoningEffort ParseEffortJson(const Json& effort) {
     return static_cast<int>(value);
   }
   throw MakeError("reasoning_effort: expected an integer in [1, 100] or one of low, high, xhigh, max, got ",
-                  PyJsonDumps(effort));
+                  BoundedDump(effort, 200));
 }
 
 bool ParseBool(const Json& request, const char* key, bool fallback) {
   if (!request.contains(key) || request[key].is_null()) return fallback;
-  if (!request[key].is_boolean()) throw MakeError(key, ": expected true or false, got ", PyJsonDumps(request[key]));
+  if (!request[key].is_boolean()) {
+    throw MakeError(key, ": expected true or false, got ", BoundedDump(request[key], 200));
+  }
   return request[key].get<bool>();
 }
 
@@ -175,28 +177,30 @@ ChatRequest ParseChatRequestJson(const nlohmann::ordered_json& request) {
 }
 
 ChatRequest ParseChatRequestJson(const nlohmann::json& request) {
-  return ParseChatRequestJson(nlohmann::ordered_json::parse(request.dump()));
+  // Through text, which keeps the (sorted) key order; dump() recurses, so the depth is checked first.
+  if (JsonNestingDepth(request, kChatJsonLimits.max_depth + 1) > kChatJsonLimits.max_depth) {
+    throw MakeError("request: JSON nested deeper than ", kChatJsonLimits.max_depth, " levels");
+  }
+  return ParseChatRequestText(request.dump(), "request");
 }
 
-ChatRequest LoadChatRequestFile(const std::string& path) {
-  std::error_code ignored;
-  if (!std::filesystem::exists(path, ignored)) throw MakeError("messages file ", path, " does not exist");
-  if (!std::filesystem::is_regular_file(path, ignored)) throw MakeError("messages file ", path, " is not a file");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw MakeError("cannot read messages file ", path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  Json request;
-  try {
-    request = Json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw MakeError(path, ": invalid JSON: ", e.what());
-  }
+ChatRequest ParseChatRequestText(std::string_view text, const std::string& source) {
+  const Json request = ParseOrderedJsonBounded(text, source, kChatJsonLimits);
   try {
     return ParseChatRequestJson(request);
   } catch (const Error& e) {
-    throw MakeError(path, ": ", e.what());
+    throw MakeError(source, ": ", e.what());
   }
+}
+
+ChatRequest LoadChatRequestFile(const std::string& path) {
+  std::string text;
+  try {
+    text = ReadRegularFile(path, kChatJsonLimits.max_bytes);
+  } catch (const Error& e) {
+    throw MakeError("messages file ", e.what());
+  }
+  return ParseChatRequestText(text, path);
 }
 
 ReasoningEffort ParseReasoningEffort(std::string_view text) {

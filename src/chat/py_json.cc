@@ -48,8 +48,15 @@ void AppendQuoted(std::string_view text, std::string& out) {
   out += '"';
 }
 
-void AppendValue(const nlohmann::ordered_json& value, std::string& out) {
+// Deeper than any JSON the bounded parsers let in (kChatJsonLimits): a value built in memory that
+// nests further is refused instead of overflowing the stack.
+constexpr int kMaxDumpDepth = 256;
+
+void AppendValue(const nlohmann::ordered_json& value, int depth, std::string& out) {
   using Type = nlohmann::ordered_json::value_t;
+  if (depth > kMaxDumpDepth && value.is_structured()) {
+    throw MakeError("cannot serialize JSON nested deeper than ", kMaxDumpDepth, " levels");
+  }
   switch (value.type()) {
     case Type::null:
       out += "null";
@@ -75,7 +82,7 @@ void AppendValue(const nlohmann::ordered_json& value, std::string& out) {
       for (const auto& item : value) {
         if (!first) out += ", ";
         first = false;
-        AppendValue(item, out);
+        AppendValue(item, depth + 1, out);
       }
       out += ']';
       return;
@@ -88,7 +95,7 @@ void AppendValue(const nlohmann::ordered_json& value, std::string& out) {
         first = false;
         AppendQuoted(key, out);
         out += ": ";
-        AppendValue(item, out);
+        AppendValue(item, depth + 1, out);
       }
       out += '}';
       return;
@@ -111,7 +118,7 @@ std::string PyJsonQuote(std::string_view text) {
 
 std::string PyJsonDumps(const nlohmann::ordered_json& value) {
   std::string out;
-  AppendValue(value, out);
+  AppendValue(value, 1, out);
   return out;
 }
 

@@ -46,8 +46,7 @@ struct BenchOptions {
 
 std::vector<int64_t> ParseBatchSizes(const std::string& text) {
   std::vector<int64_t> sizes;
-  for (const int64_t b : ParseIntListFlag("--batch-sizes", text, 1)) {
-    if (b > 4096) throw MakeError("--batch-sizes: ", b, " sequences is more than the 4096 this bench runs");
+  for (const int64_t b : ParseIntListFlag("--batch-sizes", text, 1, 4096)) {
     if (std::find(sizes.begin(), sizes.end(), b) != sizes.end()) {
       throw MakeError("--batch-sizes: ", b, " is listed twice");
     }
@@ -60,21 +59,24 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
   static const std::vector<Flag<BenchOptions>> flags = {
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](BenchOptions& o, const std::string& v) { o.model = v; }},
-      {"--threads", "N", "worker threads for the model and the machine limits (default: all cores)",
-       [](BenchOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseIntFlag("--threads", v, 0)); }},
+      {"--threads", "N",
+       "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
+       [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
        [](BenchOptions& o, const std::string& v) {
          o.isa = ParseIsa(v);
          if (!o.isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
        }},
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
-       [](BenchOptions& o, const std::string& v) { o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1); }},
+       [](BenchOptions& o, const std::string& v) {
+         o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1, 1 << 24);
+       }},
       {"--decode-tokens", "M", "timed decode steps per batch size (default 16)",
-       [](BenchOptions& o, const std::string& v) { o.decode_tokens = ParseIntFlag("--decode-tokens", v, 1); }},
+       [](BenchOptions& o, const std::string& v) { o.decode_tokens = ParseIntFlag("--decode-tokens", v, 1, 1 << 20); }},
       {"--batch-sizes", "1,4,16", "decode batch sizes (default 1,4,16; batch 1 is always run)",
        [](BenchOptions& o, const std::string& v) { o.batch_sizes = ParseBatchSizes(v); }},
       {"--warmup", "K", "untimed forwards before each measurement (default 1)",
-       [](BenchOptions& o, const std::string& v) { o.warmup = ParseIntFlag("--warmup", v, 0); }},
+       [](BenchOptions& o, const std::string& v) { o.warmup = ParseIntFlag("--warmup", v, 0, 1000); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](BenchOptions& o, const std::string&) { o.json = true; }},
   };

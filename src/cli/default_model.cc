@@ -1,19 +1,25 @@
 #include "cli/default_model.h"
 
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
-// The files are linked in with the assembler's .incbin; DEEPINFER_DEFAULT_MODEL_DIR is set
-// by CMake to the model folder in the source tree.
+// The files are linked in with the assembler's .incbin; DEEPINFER_DEFAULT_MODEL_DIR is set by
+// CMake to the model folder in the source tree, DEEPINFER_DEFAULT_MODEL_SHA256 to a SHA-256 of
+// its files (src/cli/CMakeLists.txt).
 #define DEEPINFER_EMBED(symbol, file)                                                                    \
   asm(".section .rodata\n.balign 16\n.global " #symbol "_begin\n" #symbol                                \
       "_begin:\n.incbin \"" DEEPINFER_DEFAULT_MODEL_DIR "/" file "\"\n.global " #symbol "_end\n" #symbol \
@@ -29,6 +35,8 @@ DEEPINFER_EMBED(di_default_tokenizer, "tokenizer.json")
 
 namespace deepinfer {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct EmbeddedFile {
   const char* name;
@@ -46,46 +54,73 @@ std::vector<EmbeddedFile> Files() {
   };
 }
 
-uint64_t Fnv1a(uint64_t hash, std::string_view bytes) {
-  for (unsigned char c : bytes) hash = (hash ^ c) * 0x100000001b3ULL;
-  return hash;
+// The per-user folder: created 0700, or accepted only when it is a real directory of this user
+// that nobody else can write to or list.
+fs::path PrivateFolder(const fs::path& temp) {
+  const uid_t uid = ::geteuid();
+  const fs::path folder = temp / ("deepinfer-" + std::to_string(uid));
+  if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw MakeError(folder.string(), ": cannot create the default model's folder: ", std::strerror(errno));
+  }
+  struct stat info {};
+  if (::lstat(folder.c_str(), &info) != 0) {
+    throw MakeError(folder.string(), ": cannot inspect the default model's folder: ", std::strerror(errno));
+  }
+  if (!S_ISDIR(info.st_mode) || info.st_uid != uid || (info.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    throw MakeError(folder.string(), ": not a private folder of this user (", FileTypeName(info.st_mode),
+                    ", owner uid ", info.st_uid, ", mode ", mode, "; expected a directory owned by uid ", uid,
+                    " with mode 0700): another user could have planted files in it; remove it or set TMPDIR");
+  }
+  return folder;
 }
 
-bool Complete(const std::filesystem::path& dir, const std::vector<EmbeddedFile>& files) {
-  std::error_code ec;
+// Whether `dir` holds exactly the embedded files (contents compared byte for byte).
+bool Intact(const fs::path& dir, const std::vector<EmbeddedFile>& files) {
   for (const EmbeddedFile& f : files) {
-    if (std::filesystem::file_size(dir / f.name, ec) != f.bytes.size() || ec) return false;
+    const std::string path = (dir / f.name).string();
+    struct stat link {};
+    if (::lstat(path.c_str(), &link) != 0 || !S_ISREG(link.st_mode)) return false;
+    try {
+      if (ReadRegularFile(path, f.bytes.size()) != f.bytes) return false;
+    } catch (const Error&) {
+      return false;  // wrong size or unreadable
+    }
   }
   return true;
 }
 
+void WriteFile(const fs::path& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) throw MakeError(path.string(), ": cannot write the default model");
+}
+
 }  // namespace
 
-std::string MaterializeDefaultModel() {
-  const std::vector<EmbeddedFile> files = Files();
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const EmbeddedFile& f : files) hash = Fnv1a(Fnv1a(hash, f.name), f.bytes);
-  char name[64];
-  std::snprintf(name, sizeof(name), "deepinfer-default-model-%016llx", static_cast<unsigned long long>(hash));
-  const std::filesystem::path root = std::filesystem::temp_directory_path();
-  const std::filesystem::path target = root / name;
-  if (Complete(target, files)) return target.string();
+std::string MaterializeDefaultModel() { return MaterializeDefaultModel(fs::temp_directory_path()); }
 
-  // Write into a private folder, then rename it into place, so concurrent runs never see
-  // a half-written model.
-  std::string scratch = (root / (std::string(name) + ".XXXXXX")).string();
-  if (::mkdtemp(scratch.data()) == nullptr) throw MakeError("cannot create a temporary folder under ", root.string());
-  for (const EmbeddedFile& f : files) {
-    std::ofstream out(std::filesystem::path(scratch) / f.name, std::ios::binary);
-    out.write(f.bytes.data(), static_cast<std::streamsize>(f.bytes.size()));
-    if (!out) throw MakeError("cannot write the default model into ", scratch);
-  }
+std::string MaterializeDefaultModel(const fs::path& temp) {
+  const std::vector<EmbeddedFile> files = Files();
+  const fs::path folder = PrivateFolder(temp);
+  const fs::path target = folder / ("default-model-" + std::string(DEEPINFER_DEFAULT_MODEL_SHA256).substr(0, 16));
+  if (Intact(target, files)) return target.string();
+
+  // Unpack into a fresh private folder, then rename it into place, so that a concurrent run never
+  // sees a half-written model; a damaged earlier copy is replaced.
   std::error_code ec;
-  std::filesystem::rename(scratch, target, ec);
-  if (ec) {  // another run won the race, or a stale partial folder is in the way
-    std::filesystem::remove_all(scratch, ec);
-    if (!Complete(target, files)) {
-      std::filesystem::remove_all(target, ec);
+  fs::remove_all(target, ec);
+  std::string scratch = (folder / "unpack-XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr) {
+    throw MakeError(scratch, ": cannot create a folder to unpack the default model: ", std::strerror(errno));
+  }
+  for (const EmbeddedFile& f : files) WriteFile(fs::path(scratch) / f.name, f.bytes);
+  fs::rename(scratch, target, ec);
+  if (ec) {  // another run installed it first
+    fs::remove_all(scratch, ec);
+    if (!Intact(target, files)) {
       throw MakeError("cannot install the default model at ", target.string(), "; remove it and retry");
     }
   }

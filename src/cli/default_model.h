@@ -3,12 +3,18 @@
 // generate` runs with no download and no --model.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace deepinfer {
 
-// Writes the embedded files once into a content-addressed folder under the system temp
-// directory (reused by later runs) and returns its path, ready for Model::Load.
+// Writes the embedded files once into `<temp>/deepinfer-<uid>/default-model-<hash>` and returns
+// that path, ready for Model::Load. <hash> is a SHA-256 of the files computed by CMake at build
+// time. The per-user folder must be a real directory owned by this user with mode 0700 (created
+// so); anything else there is an error, since another user could have planted files in it. A
+// folder left by an earlier run is used only when every file in it is byte-for-byte the embedded
+// one; otherwise it is unpacked again. `temp` defaults to the system temp directory (TMPDIR).
 std::string MaterializeDefaultModel();
+std::string MaterializeDefaultModel(const std::filesystem::path& temp);
 
 }  // namespace deepinfer

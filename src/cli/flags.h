@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -20,11 +21,23 @@ struct Flag {
   std::function<void(Options&, const std::string&)> set;
 };
 
-// Integer / real values, with the flag named in errors.
-int64_t ParseIntFlag(const std::string& flag, const std::string& value, int64_t min_value = INT64_MIN);
+// Integer values in [min_value, max_value], with the flag named in errors. The whole text must be
+// a decimal integer, and the range is checked on the parsed 64-bit value, so nothing wraps when
+// the caller narrows it (--threads 4294967297 is an error, not 1).
+int64_t ParseIntFlag(const std::string& flag, const std::string& value, int64_t min_value, int64_t max_value);
 double ParseRealFlag(const std::string& flag, const std::string& value);
-// "1,2,3" -> {1, 2, 3}; at least one entry, each >= min_value.
-std::vector<int64_t> ParseIntListFlag(const std::string& flag, const std::string& text, int64_t min_value);
+// "1,2,3" -> {1, 2, 3}; at least one entry, each in [min_value, max_value].
+std::vector<int64_t> ParseIntListFlag(const std::string& flag, const std::string& text, int64_t min_value,
+                                      int64_t max_value);
+// Any value of T (Validate-style checks with their own messages follow).
+template <typename T>
+T ParseIntFlagAs(const std::string& flag, const std::string& value) {
+  return static_cast<T>(ParseIntFlag(flag, value, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+}
+// --threads: 0 (one per hardware thread) up to ThreadPool::MaxThreads(), 4 per hardware thread.
+int ParseThreadsFlag(const std::string& flag, const std::string& value);
+// --seed: any non-negative 64-bit integer.
+uint64_t ParseSeedFlag(const std::string& flag, const std::string& value);
 
 void PrintFlagLines(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& lines);
 

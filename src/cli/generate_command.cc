@@ -13,6 +13,7 @@
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "core/model_directory.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -24,6 +25,12 @@
 
 namespace deepinfer {
 namespace {
+
+// Token counts and positions: a sequence is never longer than the largest context a config may
+// state (2^24).
+constexpr int64_t kMaxTokensFlag = int64_t{1} << 24;
+// inspect spells out this many tensor problems and counts the rest.
+constexpr size_t kInspectListedProblems = 50;
 
 struct GenerateOptions {
   std::string model;  // empty: the embedded default
@@ -51,17 +58,21 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
       {"--chat", nullptr, "wrap --prompt as one user turn in the V4.1 chat format",
        [](GenerateOptions& o, const std::string&) { o.chat = true; }},
       {"--max-tokens", "N", "number of tokens to generate (required)",
-       [](GenerateOptions& o, const std::string& v) { o.max_tokens = ParseIntFlag("--max-tokens", v); }},
+       [](GenerateOptions& o, const std::string& v) {
+         o.max_tokens = ParseIntFlag("--max-tokens", v, 0, kMaxTokensFlag);
+       }},
       {"--temperature", "T", "0 = greedy (default); > 0 samples",
        [](GenerateOptions& o, const std::string& v) {
          o.temperature = static_cast<float>(ParseRealFlag("--temperature", v));
        }},
       {"--seed", "S", "sampling seed (default 0)",
-       [](GenerateOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v)); }},
-      {"--threads", "N", "worker threads (default: all cores)",
-       [](GenerateOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseIntFlag("--threads", v, 0)); }},
+       [](GenerateOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
+      {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
+       [](GenerateOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
-       [](GenerateOptions& o, const std::string& v) { o.max_context = ParseIntFlag("--max-context", v, 0); }},
+       [](GenerateOptions& o, const std::string& v) {
+         o.max_context = ParseIntFlag("--max-context", v, 0, kMaxTokensFlag);
+       }},
       {"--dump-logits", "FILE.npy",
        "write fp32 logits, one row per prompt position then one per generated token fed back",
        [](GenerateOptions& o, const std::string& v) { o.dump_logits = v; }},
@@ -87,17 +98,14 @@ GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
 
 std::vector<int32_t> ParseIdList(const std::string& text) {
   std::vector<int32_t> ids;
-  for (int64_t id : ParseIntListFlag("--prompt-ids", text, 0)) {
-    if (id > INT32_MAX) throw MakeError("--prompt-ids: token id ", id, " is out of range");
-    ids.push_back(static_cast<int32_t>(id));
-  }
+  for (int64_t id : ParseIntListFlag("--prompt-ids", text, 0, INT32_MAX)) ids.push_back(static_cast<int32_t>(id));
   return ids;
 }
 
 std::optional<Tokenizer> LoadTokenizerIfPresent(const std::string& model_dir) {
-  const std::filesystem::path path = std::filesystem::path(model_dir) / "tokenizer.json";
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  return Tokenizer::FromFile(path.string());
+  std::optional<FileHandle> file = ModelDirectory(model_dir).OpenIfPresent("tokenizer.json", "the tokenizer");
+  if (!file) return std::nullopt;
+  return Tokenizer::FromFile(*file);
 }
 
 std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
@@ -111,13 +119,14 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     return 0;
   }
   const GenerateOptions options = ParseGenerateOptions(args);
+  // Before the model loads, so that a bad id list fails at once.
+  std::vector<int32_t> prompt = options.prompt_ids.empty() ? std::vector<int32_t>() : ParseIdList(options.prompt_ids);
   const std::string model_dir = ModelDirOrDefault(options.model);
   ModelOptions model_options;
   model_options.max_context = options.max_context;
   const std::unique_ptr<Model> model = Model::Load(model_dir, model_options);
   const std::optional<Tokenizer> tokenizer = LoadTokenizerIfPresent(model_dir);
 
-  std::vector<int32_t> prompt;
   if (!options.prompt.empty()) {
     if (!tokenizer) throw MakeError(model_dir, ": --prompt needs tokenizer.json in the model directory");
     std::string text = options.prompt;
@@ -128,8 +137,6 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
       text = RenderChatPrompt({user}, ChatOptions{});
     }
     prompt = tokenizer->Encode(text);
-  } else {
-    prompt = ParseIdList(options.prompt_ids);
   }
   if (prompt.empty()) throw MakeError("generate: the prompt is empty");
   for (int32_t id : prompt) {
@@ -218,13 +225,17 @@ int RunInspectCommand(const std::vector<std::string>& args) {
     std::printf("  %-60s %-8s %-16s %s\n", name.c_str(), std::string(DTypeName(t->dtype)).c_str(),
                 t->ShapeString().c_str(), std::filesystem::path(t->file).filename().c_str());
   }
-  const std::vector<std::string> problems = CheckTensors(c, checkpoint);
+  const TensorProblems problems = CheckTensors(c, checkpoint, kInspectListedProblems);
   if (problems.empty()) {
     std::printf("\nvalidation: OK (every tensor the config implies is present with the expected dtype and shape)\n");
     return 0;
   }
-  std::printf("\nvalidation: %zu problem(s)\n", problems.size());
-  for (const std::string& p : problems) std::printf("  %s\n", p.c_str());
+  std::printf("\nvalidation: %s%zu problem(s)\n", problems.complete ? "" : "at least ", problems.count);
+  for (const std::string& p : problems.listed) std::printf("  %s\n", p.c_str());
+  if (problems.count > problems.listed.size()) {
+    std::printf("  ... and %s%zu more\n", problems.complete ? "" : "at least ",
+                problems.count - problems.listed.size());
+  }
   return 1;
 }
 

@@ -353,7 +353,10 @@ void FillStream(const Recipe& r, Rng& rng, uint64_t tensor_offset, uint8_t* out,
 class WeightPlan {
  public:
   explicit WeightPlan(const ModelConfig& c) : c_(c) {
-    ForEachExpectedTensor(c, [&](const ExpectedTensor& t) { Add(t); });
+    ForEachExpectedTensor(c, [&](const ExpectedTensor& t) {
+      Add(t);
+      return true;
+    });
   }
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
@@ -512,21 +515,21 @@ const std::vector<Flag<MakeModelOptions>>& Flags() {
       {"--preset", "NAME", "model family (required): v41-flash-slice (real dims) or tiny",
        [](MakeModelOptions& o, const std::string& v) { o.preset = v; }},
       {"--layers", "L", "backbone layers, 1..40 (required for v41-flash-slice; tiny: 8)",
-       [](MakeModelOptions& o, const std::string& v) { o.layers = static_cast<int>(ParseIntFlag("--layers", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.layers = ParseIntFlagAs<int>("--layers", v); }},
       {"--experts", "E", "routed experts per layer, top-k..384 (required for v41-flash-slice; tiny: 8)",
-       [](MakeModelOptions& o, const std::string& v) { o.experts = static_cast<int>(ParseIntFlag("--experts", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.experts = ParseIntFlagAs<int>("--experts", v); }},
       {"--out", "DIR", "output folder, absent or empty (required)",
        [](MakeModelOptions& o, const std::string& v) { o.out = v; }},
       {"--vocab", "V", "vocabulary rows of embed/head, 3..the tokenizer's size (default: the tokenizer's size)",
-       [](MakeModelOptions& o, const std::string& v) { o.vocab = ParseIntFlag("--vocab", v); }},
+       [](MakeModelOptions& o, const std::string& v) { o.vocab = ParseIntFlagAs<int64_t>("--vocab", v); }},
       {"--engram-rows", "R", "rows of each Engram table (default: the prime sums for engram_vocab_size 4000)",
-       [](MakeModelOptions& o, const std::string& v) { o.engram_rows = ParseIntFlag("--engram-rows", v); }},
+       [](MakeModelOptions& o, const std::string& v) { o.engram_rows = ParseIntFlagAs<int64_t>("--engram-rows", v); }},
       {"--seed", "S", "random seed (default 0)",
-       [](MakeModelOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v)); }},
+       [](MakeModelOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--shard-gb", "G", "shard the weights into files of at most G x 10^9 bytes (default 0: one file)",
        [](MakeModelOptions& o, const std::string& v) { o.shard_gb = ParseRealFlag("--shard-gb", v); }},
-      {"--threads", "N", "generator threads (default: all cores)",
-       [](MakeModelOptions& o, const std::string& v) { o.threads = static_cast<int>(ParseIntFlag("--threads", v)); }},
+      {"--threads", "N", "generator threads (default: all cores; at most 4 per hardware thread)",
+       [](MakeModelOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--tokenizer", "FILE", "tokenizer.json to copy into the model (default: the project tokenizer)",
        [](MakeModelOptions& o, const std::string& v) { o.tokenizer = v; }},
   };

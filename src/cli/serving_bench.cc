@@ -1,5 +1,7 @@
 #include "cli/serving_bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -38,6 +40,12 @@ using Json = nlohmann::ordered_json;  // keys in the order written, for a readab
 constexpr int32_t kFirstPromptToken = 3;
 // Steps in a row that neither run a forward nor report anything before the driver gives up.
 constexpr int kMaxStalledSteps = 1000;
+// Flag bounds: token counts never exceed the largest context a config may state (2^24), and at
+// most 2^20 requests are generated (their prompts are also held to a memory check, see RunServing).
+constexpr int64_t kMaxTokens = int64_t{1} << 24;
+constexpr int64_t kMaxRequests = int64_t{1} << 20;
+// Bookkeeping per request beyond its prompt (records, engine state), for the memory check.
+constexpr int64_t kRequestBytes = 4096;
 
 double Seconds(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double>(end - start).count();
@@ -86,12 +94,6 @@ void SetIsa(std::optional<IsaLevel>& isa, const std::string& v) {
   if (!isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
 }
 
-int ParseThreads(const std::string& v) {
-  const int64_t n = ParseIntFlag("--threads", v, 0);
-  if (n > 4096) throw MakeError("--threads: ", n, " is more than 4096");
-  return static_cast<int>(n);
-}
-
 // ---------------------------------------------------------------------------------------------
 // --serving
 
@@ -118,23 +120,26 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
       {"--serving", nullptr, "this mode: many requests through the serving engine",
        [](ServingOptions&, const std::string&) {}},
       {"--num-requests", "N", "requests (default 16)",
-       [](ServingOptions& o, const std::string& v) { o.num_requests = ParseIntFlag("--num-requests", v, 1); }},
+       [](ServingOptions& o, const std::string& v) {
+         o.num_requests = ParseIntFlag("--num-requests", v, 1, kMaxRequests);
+       }},
       {"--input-len", "I", "prompt tokens per request, ids uniform in [3, vocab) (default 128)",
-       [](ServingOptions& o, const std::string& v) { o.input_len = ParseIntFlag("--input-len", v, 1); }},
+       [](ServingOptions& o, const std::string& v) { o.input_len = ParseIntFlag("--input-len", v, 1, kMaxTokens); }},
       {"--output-len", "O", "generated tokens per request, EOS ignored (default 32)",
-       [](ServingOptions& o, const std::string& v) { o.output_len = ParseIntFlag("--output-len", v, 1); }},
+       [](ServingOptions& o, const std::string& v) { o.output_len = ParseIntFlag("--output-len", v, 1, kMaxTokens); }},
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](ServingOptions& o, const std::string& v) { o.model = v; }},
-      {"--threads", "N", "worker threads (default: all cores)",
-       [](ServingOptions& o, const std::string& v) { o.threads = ParseThreads(v); }},
+      {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
+       [](ServingOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
        [](ServingOptions& o, const std::string& v) { SetIsa(o.isa, v); }},
       {"--max-step-tokens", "B", "tokens one engine step may run (default 512)",
-       [](ServingOptions& o, const std::string& v) { o.max_step_tokens = ParseIntFlag("--max-step-tokens", v, 1); }},
+       [](ServingOptions& o, const std::string& v) {
+         o.max_step_tokens = ParseIntFlag("--max-step-tokens", v, 1, kMaxTokens);
+       }},
       {"--max-running", "R", "requests running at once (default 64, at most --max-step-tokens)",
        [](ServingOptions& o, const std::string& v) {
-         o.max_running = ParseIntFlag("--max-running", v, 1);
-         if (*o.max_running > INT_MAX) throw MakeError("--max-running: ", *o.max_running, " is too large");
+         o.max_running = ParseIntFlag("--max-running", v, 1, kMaxRequests);
        }},
       {"--kv-cache-memory", "BYTES", "KV cache budget, e.g. 64M or 2G (default 0: no limit)",
        [](ServingOptions& o, const std::string& v) { o.kv_cache_memory = ParseByteSize("--kv-cache-memory", v); }},
@@ -142,7 +147,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
        [](ServingOptions& o, const std::string&) { o.prefix_cache = false; }},
       {"--shared-prefix-len", "P", "the first P prompt tokens are the same in every request (default 0)",
        [](ServingOptions& o, const std::string& v) {
-         o.shared_prefix_len = ParseIntFlag("--shared-prefix-len", v, 0);
+         o.shared_prefix_len = ParseIntFlag("--shared-prefix-len", v, 0, kMaxTokens);
        }},
       {"--request-rate", "R", "requests/s as seeded Poisson arrivals (default inf: all at t = 0)",
        [](ServingOptions& o, const std::string& v) {
@@ -159,7 +164,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
          if (o.temperature < 0.0) throw MakeError("--temperature: must be >= 0, got '", v, "'");
        }},
       {"--seed", "S", "seeds the prompts, the arrivals and every request's sampler (default 0)",
-       [](ServingOptions& o, const std::string& v) { o.seed = static_cast<uint64_t>(ParseIntFlag("--seed", v, 0)); }},
+       [](ServingOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](ServingOptions& o, const std::string&) { o.json = true; }},
   };
@@ -241,6 +246,15 @@ int RunServing(const std::vector<std::string>& args) {
   }
   if (vocab <= kFirstPromptToken) {
     throw MakeError("bench --serving: the model's vocabulary of ", vocab, " is too small");
+  }
+  // Every prompt is made up front: what they hold must fit comfortably in this machine's memory.
+  const double prompt_bytes = static_cast<double>(o.num_requests) *
+                              static_cast<double>(o.input_len * static_cast<int64_t>(sizeof(int32_t)) + kRequestBytes);
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && prompt_bytes > memory / 4) {
+    throw MakeError("--num-requests x --input-len: ", o.num_requests, " requests of ", o.input_len,
+                    " prompt tokens need about ", MiB(static_cast<uint64_t>(prompt_bytes)),
+                    ", more than a quarter of this machine's ", MiB(static_cast<uint64_t>(memory)));
   }
 
   ThreadPool pool(o.threads);
@@ -404,6 +418,10 @@ int RunServing(const std::vector<std::string>& args) {
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);
+  // A benchmark whose requests failed measured something else: the run fails too.
+  if (failed > 0) {
+    throw MakeError("bench --serving: ", failed, " of ", o.num_requests, " requests failed (first: ", first_error, ")");
+  }
   return 0;
 }
 
@@ -423,7 +441,7 @@ struct SweepOptions {
 
 // Ascending, without repeats (reported, not silently fixed).
 std::vector<int64_t> ParseAscendingList(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> values = ParseIntListFlag(flag, text, 1);
+  std::vector<int64_t> values = ParseIntListFlag(flag, text, 1, kMaxTokens);
   std::sort(values.begin(), values.end());
   for (size_t i = 1; i < values.size(); ++i) {
     if (values[i] == values[i - 1]) throw MakeError(flag, ": ", values[i], " is listed twice");
@@ -440,13 +458,13 @@ const std::vector<Flag<SweepOptions>>& SweepFlags() {
       {"--max-model-len-list", "2048,4096", "maximum contexts the model is loaded with (default 2048,4096)",
        [](SweepOptions& o, const std::string& v) { o.max_model_lens = ParseAscendingList("--max-model-len-list", v); }},
       {"--decode-steps", "D", "timed decode steps per cell (default 8)",
-       [](SweepOptions& o, const std::string& v) { o.decode_steps = ParseIntFlag("--decode-steps", v, 1); }},
+       [](SweepOptions& o, const std::string& v) { o.decode_steps = ParseIntFlag("--decode-steps", v, 1, 1 << 20); }},
       {"--warmup-steps", "W", "untimed decode steps before them (default 2)",
-       [](SweepOptions& o, const std::string& v) { o.warmup_steps = ParseIntFlag("--warmup-steps", v, 0); }},
+       [](SweepOptions& o, const std::string& v) { o.warmup_steps = ParseIntFlag("--warmup-steps", v, 0, 1 << 20); }},
       {"--model", "DIR", "model directory (default: the embedded tiny model)",
        [](SweepOptions& o, const std::string& v) { o.model = v; }},
-      {"--threads", "N", "worker threads (default: all cores)",
-       [](SweepOptions& o, const std::string& v) { o.threads = ParseThreads(v); }},
+      {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
+       [](SweepOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
        [](SweepOptions& o, const std::string& v) { SetIsa(o.isa, v); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",

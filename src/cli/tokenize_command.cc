@@ -1,12 +1,13 @@
 #include "cli/tokenize_command.h"
 
 #include <charconv>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/model_directory.h"
+#include "core/regular_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -21,8 +22,12 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// --file: text to encode, read whole (a regular file, not a device or a FIFO).
+constexpr size_t kMaxInputFileBytes = 64 << 20;
+
 struct TokenizeOptions {
-  std::string tokenizer_path;
+  std::optional<std::string> tokenizer_path;
+  std::optional<std::string> model_dir;
   std::optional<std::string> text;
   std::optional<std::string> file;
   std::optional<std::string> decode;
@@ -46,7 +51,8 @@ TokenizeOptions ParseOptions(const std::vector<std::string>& args) {
     *target = args[++i];
   }
   if (tokenizer.has_value() == model.has_value()) throw UsageError("give exactly one of --tokenizer and --model");
-  options.tokenizer_path = tokenizer ? *tokenizer : *model + "/tokenizer.json";
+  options.tokenizer_path = tokenizer;
+  options.model_dir = model;
   const int inputs = options.text.has_value() + options.file.has_value() + options.decode.has_value();
   if (inputs != 1) throw UsageError("give exactly one of --text, --file and --decode");
   return options;
@@ -75,11 +81,16 @@ std::vector<int32_t> ParseIds(const std::string& list, const Tokenizer& tokenize
 }
 
 std::string ReadInputFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw MakeError("--file: cannot open \"", path, "\"");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  try {
+    return ReadRegularFile(path, kMaxInputFileBytes);
+  } catch (const Error& e) {
+    throw MakeError("--file: ", e.what());
+  }
+}
+
+Tokenizer LoadTokenizer(const TokenizeOptions& options) {
+  if (options.tokenizer_path) return Tokenizer::FromFile(*options.tokenizer_path);
+  return Tokenizer::FromFile(ModelDirectory(*options.model_dir).Open("tokenizer.json", "the tokenizer"));
 }
 
 }  // namespace
@@ -89,12 +100,14 @@ int RunTokenizeCommand(const std::vector<std::string>& args) { return RunTokeniz
 int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   try {
     const TokenizeOptions options = ParseOptions(args);
-    const Tokenizer tokenizer = Tokenizer::FromFile(options.tokenizer_path);
+    // The input first: a bad --file is reported before the tokenizer takes its second to load.
+    const std::string input = options.file ? ReadInputFile(*options.file) : options.text.value_or("");
+    const Tokenizer tokenizer = LoadTokenizer(options);
     if (options.decode) {
       out << tokenizer.Decode(ParseIds(*options.decode, tokenizer)) << '\n';
       return 0;
     }
-    const std::vector<int32_t> ids = tokenizer.Encode(options.text ? *options.text : ReadInputFile(*options.file));
+    const std::vector<int32_t> ids = tokenizer.Encode(input);
     for (size_t i = 0; i < ids.size(); ++i) out << (i == 0 ? "" : " ") << ids[i];
     out << '\n';
     return 0;
@@ -102,7 +115,7 @@ int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, 
     err << "deepinfer tokenize: " << error.what() << '\n' << kUsage << '\n';
     return 2;
   } catch (const Error& error) {
-    err << "deepinfer tokenize: " << error.what() << '\n';
+    err << "deepinfer tokenize: error: " << error.what() << '\n';
     return 1;
   }
 }

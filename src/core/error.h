@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace deepinfer {
 
@@ -30,6 +31,10 @@ template <typename... Args>
 Error MakeError(const Args&... args) {
   return Error(detail::Concat(args...));
 }
+
+// `text` as it may appear inside a one-line message: control and non-ASCII bytes become '?',
+// and anything past `max_chars` becomes "...". For names and snippets taken from hostile input.
+std::string Printable(std::string_view text, size_t max_chars = 200);
 
 }  // namespace deepinfer
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+#include "core/mapped_file.h"
+
 namespace deepinfer {
 namespace {
 
@@ -23,18 +26,40 @@ std::pair<size_t, size_t> RangeOf(size_t total, int parts, int index) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+int ThreadPool::MaxThreads() {
+  return kMaxThreadsPerHardwareThread * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads > MaxThreads()) {
+    throw MakeError("thread pool: ", num_threads, " threads is more than ", kMaxThreadsPerHardwareThread,
+                    " per hardware thread (at most ", MaxThreads(), " here)");
+  }
+  workers_.reserve(static_cast<size_t>(num_threads - 1));
+  try {
+    for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  } catch (const std::exception& e) {
+    // The destructor does not run for a half-built object: stop and join the started workers
+    // here, or their joinable std::threads would terminate the process (and the condition
+    // variables would be destroyed under waiting threads).
+    const size_t started = workers_.size();
+    StopWorkers();
+    throw MakeError("thread pool: cannot start ", num_threads - 1, " worker threads (started ", started,
+                    "): ", e.what());
+  }
+}
+
+ThreadPool::~ThreadPool() { StopWorkers(); }
+
+void ThreadPool::StopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_.store(true, std::memory_order_release);
   }
   work_ready_.notify_all();
   for (std::thread& worker : workers_) worker.join();
+  workers_.clear();
 }
 
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>& body) {
@@ -55,8 +80,8 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>
   work_ready_.notify_all();
   std::exception_ptr own_error;
   try {
-    const auto [begin, end] = RangeOf(n, parts, 0);
-    if (begin < end) body(begin, end);
+    const std::pair<size_t, size_t> range = RangeOf(n, parts, 0);
+    if (range.first < range.second) GuardMappedReads([&] { body(range.first, range.second); });
   } catch (...) {
     own_error = std::current_exception();
   }
@@ -91,8 +116,8 @@ void ThreadPool::WorkerLoop(int worker_index) {
     const std::function<void(size_t, size_t)>* body = body_;
     const size_t total = total_;
     try {
-      const auto [begin, end] = RangeOf(total, size(), worker_index);
-      if (begin < end) (*body)(begin, end);
+      const std::pair<size_t, size_t> range = RangeOf(total, size(), worker_index);
+      if (range.first < range.second) GuardMappedReads([&] { (*body)(range.first, range.second); });
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!first_error_) first_error_ = std::current_exception();

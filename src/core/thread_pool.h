@@ -8,6 +8,9 @@
 // A forward issues hundreds of ParallelFor calls microseconds apart, and waking a sleeping
 // thread costs tens of microseconds here, so workers (and the caller, for completion) spin
 // briefly before blocking on a condition variable.
+//
+// Each range runs inside GuardMappedReads (core/mapped_file.h): a SIGBUS from a truncated
+// mapped file in a task becomes a MappedFileFault rethrown on the caller like any exception.
 #pragma once
 
 #include <atomic>
@@ -24,7 +27,13 @@ namespace deepinfer {
 
 class ThreadPool {
  public:
-  // num_threads <= 0 means one per hardware thread.
+  // More threads than this many per hardware thread only add contention; the constructor and
+  // the --threads flags refuse them.
+  static constexpr int kMaxThreadsPerHardwareThread = 4;
+  static int MaxThreads();  // kMaxThreadsPerHardwareThread x std::thread::hardware_concurrency()
+
+  // num_threads <= 0 means one per hardware thread. Throws Error for more than MaxThreads(), or
+  // when the system cannot start the threads (those already started are stopped first).
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -37,6 +46,7 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int worker_index);
+  void StopWorkers();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

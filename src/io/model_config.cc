@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,11 +10,15 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
+#include "core/model_directory.h"
+#include "core/model_limits.h"
 
 namespace deepinfer {
 
@@ -32,8 +34,10 @@ using Json = nlohmann::json;
 
 // V4.1 fixes the fp8 block at 32x32 (reference `fp8_block_size`); the flat form has no key for it.
 constexpr int kFp8BlockSize = 32;
-// A sanity cap so that a typo in the layer count cannot allocate gigabytes of roles.
-constexpr int kMaxLayers = 65536;
+// config.json is a few kB; it nests four levels (root, text_config, rope_parameters, an entry).
+constexpr JsonLimits kConfigLimits{1 << 20, 4 + 64};
+// The longest problem list one message spells out.
+constexpr size_t kMaxListedProblems = 20;
 
 enum class Form { kHf, kReference };
 enum class Presence { kRequired, kOptional };
@@ -41,24 +45,28 @@ constexpr Presence kRequired = Presence::kRequired;
 constexpr Presence kOptional = Presence::kOptional;
 
 // Every problem found in one config, reported together so that one edit pass fixes them all.
+// Only the first kMaxListedProblems are kept and spelled out; the rest are counted.
 class Problems {
  public:
   template <typename... Args>
   void Add(const Args&... args) {
-    list_.push_back(detail::Concat(args...));
+    if (list_.size() < kMaxListedProblems) list_.push_back(detail::Concat(args...));
+    ++count_;
   }
-  bool empty() const { return list_.empty(); }
+  bool empty() const { return count_ == 0; }
 
   Error ToError(const std::string& origin) const {
-    if (list_.size() == 1) return MakeError(origin, ": ", list_[0]);
+    if (count_ == 1) return MakeError(origin, ": ", list_[0]);
     std::ostringstream out;
-    out << origin << ": " << list_.size() << " problems: ";
+    out << origin << ": " << count_ << " problems: ";
     for (size_t i = 0; i < list_.size(); ++i) out << (i == 0 ? "" : "; ") << "(" << i + 1 << ") " << list_[i];
+    if (count_ > list_.size()) out << "; ... and " << count_ - list_.size() << " more";
     return Error(out.str());
   }
 
  private:
   std::vector<std::string> list_;
+  size_t count_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -142,6 +150,91 @@ bool Convert(const Json& value, const std::string& key, std::vector<T>* out, Pro
 }
 
 // ---------------------------------------------------------------------------------------------
+// Plausibility bounds: the values this engine supports, one Range per field in the table below.
+// A value is checked against its range as soon as it is read, before any arithmetic uses it, so
+// every later computation on config values (tensor shapes, tables, loops) stays far from
+// overflow, and a hostile value (hc_sinkhorn_iters 1e9, n_routed_experts 2e9, a 10M-entry list)
+// is an error instead of a hang or gigabytes of memory. Dependent bounds (ids below vocab_size,
+// layer ids below num_layers, top-k within the expert count) are checked in validation.
+
+constexpr double kAny = std::numeric_limits<double>::infinity();
+
+struct Range {
+  double min = -kAny;
+  double max = kAny;
+  bool min_exclusive = false;  // (min, max]: the positive reals
+  size_t max_entries = 0;      // lists: the most entries (the bounds apply to each); 0 for scalars
+};
+
+// Integral bounds print as integers (16777216, not 1.67772e+07).
+std::string Number(double value) {
+  if (std::floor(value) == value && std::fabs(value) < 1e15) return std::to_string(static_cast<int64_t>(value));
+  return detail::Concat(value);
+}
+
+template <typename T>
+bool InRange(T value, const Range& range, const std::string& key, Problems* problems) {
+  const double v = static_cast<double>(value);  // exact for every bound in the table
+  const std::string shown = std::is_integral_v<T> ? detail::Concat(value) : Number(v);
+  const bool too_low = range.min_exclusive ? !(v > range.min) : !(v >= range.min);
+  if (too_low) {
+    if ((range.min == 0 && range.min_exclusive) || (range.min == 1 && !range.min_exclusive)) {
+      problems->Add(key, ": must be positive, got ", shown);
+    } else if (range.min == 0) {
+      problems->Add(key, ": must not be negative, got ", shown);
+    } else {
+      problems->Add(key, ": must be at least ", Number(range.min), ", got ", shown);
+    }
+    return false;
+  }
+  if (!(v <= range.max)) {
+    problems->Add(key, ": ", shown, " exceeds the supported maximum of ", Number(range.max));
+    return false;
+  }
+  return true;
+}
+
+// Convert, then the range check; integers are judged before they are narrowed.
+bool ConvertInRange(const Json& value, const std::string& key, const Range& range, int64_t* out, Problems* problems) {
+  int64_t wide = 0;
+  if (!Convert(value, key, &wide, problems) || !InRange(wide, range, key, problems)) return false;
+  *out = wide;
+  return true;
+}
+bool ConvertInRange(const Json& value, const std::string& key, const Range& range, int* out, Problems* problems) {
+  int64_t wide = 0;
+  if (!ConvertInRange(value, key, range, &wide, problems)) return false;
+  return Convert(Json(wide), key, out, problems);
+}
+bool ConvertInRange(const Json& value, const std::string& key, const Range& range, double* out, Problems* problems) {
+  return Convert(value, key, out, problems) && InRange(*out, range, key, problems);
+}
+template <typename T>
+bool ConvertInRange(const Json& value, const std::string& key, const Range&, T* out, Problems* problems) {
+  return Convert(value, key, out, problems);  // bool, string: no numeric range
+}
+template <typename T>
+bool ConvertInRange(const Json& value, const std::string& key, const Range& range, std::vector<T>* out,
+                    Problems* problems) {
+  if (!value.is_array()) {
+    problems->Add(key, ": expected an array of integers, got ", value.type_name());
+    return false;
+  }
+  // The length first: a 10-million-entry list must not turn into 10 million problems.
+  if (range.max_entries > 0 && value.size() > range.max_entries) {
+    problems->Add(key, ": has ", value.size(), " entries, at most ", range.max_entries, " are supported");
+    return false;
+  }
+  std::vector<T> values(value.size());
+  bool ok = true;
+  for (size_t i = 0; i < value.size(); ++i) {
+    ok = ConvertInRange(value[i], detail::Concat(key, "[", i, "]"), range, &values[i], problems) && ok;
+  }
+  if (ok) *out = std::move(values);
+  return ok;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The field table: one row per plain config field, walked by both forms' readers and used by
 // validation to name a field the way the file spells it. Fields that need more than a key
 // look-up (rope_scaling, quantization_config, token ids) are read by hand further down.
@@ -156,90 +249,137 @@ struct Field {
   std::string_view ref_key;  // key in the flat reference file; empty: not in that form
   Member member;
   Presence presence;
+  Range range;  // the values the engine supports (see "Plausibility bounds" above)
 };
+
+// Bounds, generous multiples of the released V4.1 configs (V4.1-Flash: vocab 129280, hidden 5120,
+// 43 layers, 64 heads x 512, 256 experts of 2048, window 128, hc_mult 4, 20 Sinkhorn iterations).
+constexpr int kMaxLayers = 1024;     // backbone layers; lists of layer ids hold at most this many
+constexpr int kMaxMtpLayers = 16;    // DSpark draft stages
+constexpr double kMaxWidth = 65536;  // hidden, LoRA ranks, expert width
+constexpr double kMaxHeadDim = 4096;
+constexpr double kMaxHeads = 1024;
+constexpr double kMaxExperts = 4096;
+constexpr double kMaxContext = 1 << 24;  // positions
+constexpr double kMaxReal = 1e6;         // scaling factors and temperatures
+constexpr Range CountUpTo(double max) { return Range{1, max}; }
+constexpr Range NonNegativeUpTo(double max) { return Range{0, max}; }
+constexpr Range PositiveRealUpTo(double max) { return Range{0, max, true}; }
+constexpr Range kLayerIds{-kAny, kAny, false, kMaxLayers};  // each < num_layers: checked in validation
+constexpr Range kNoRange{};
 
 // Shapes (anything that sizes a tensor) are required; behaviour knobs take the reference
 // `ModelArgs` defaults (see ReferenceDefaults). Shapes that only exist for an optional feature
-// (indexer, engram, DSpark) are checked by validation when that feature is on.
+// (indexer, engram, DSpark) are checked by validation when that feature is on (0: unset).
+// The last column is the field's supported range; README "Limits" summarises it.
 constexpr Field kFields[] = {
     // Shapes.
-    {"vocab_size", "vocab_size", "vocab_size", &ModelConfig::vocab_size, kRequired},
-    {"hidden_size", "hidden_size", "dim", &ModelConfig::hidden_size, kRequired},
-    {"moe_intermediate_size", "moe_intermediate_size", "moe_inter_dim", &ModelConfig::moe_intermediate_size, kRequired},
-    {"num_layers", "num_hidden_layers", "n_layers", &ModelConfig::num_layers, kRequired},
-    {"num_mtp_layers", "num_nextn_predict_layers", "n_mtp_layers", &ModelConfig::num_mtp_layers, kOptional},
-    {"num_heads", "num_attention_heads", "n_heads", &ModelConfig::num_heads, kRequired},
-    {"head_dim", "head_dim", "head_dim", &ModelConfig::head_dim, kRequired},
-    {"rope_head_dim", "qk_rope_head_dim", "rope_head_dim", &ModelConfig::rope_head_dim, kRequired},
-    {"q_lora_rank", "q_lora_rank", "q_lora_rank", &ModelConfig::q_lora_rank, kRequired},
-    {"o_groups", "o_groups", "o_groups", &ModelConfig::o_groups, kRequired},
-    {"o_lora_rank", "o_lora_rank", "o_lora_rank", &ModelConfig::o_lora_rank, kRequired},
-    {"norm_eps", "rms_norm_eps", "norm_eps", &ModelConfig::norm_eps, kOptional},
-    {"window_size", "sliding_window", "window_size", &ModelConfig::window_size, kOptional},
+    {"vocab_size", "vocab_size", "vocab_size", &ModelConfig::vocab_size, kRequired, CountUpTo(kMaxVocabSize)},
+    {"hidden_size", "hidden_size", "dim", &ModelConfig::hidden_size, kRequired, CountUpTo(kMaxWidth)},
+    {"moe_intermediate_size", "moe_intermediate_size", "moe_inter_dim", &ModelConfig::moe_intermediate_size, kRequired,
+     CountUpTo(kMaxWidth)},
+    {"num_layers", "num_hidden_layers", "n_layers", &ModelConfig::num_layers, kRequired, CountUpTo(kMaxLayers)},
+    {"num_mtp_layers", "num_nextn_predict_layers", "n_mtp_layers", &ModelConfig::num_mtp_layers, kOptional,
+     NonNegativeUpTo(kMaxMtpLayers)},
+    {"num_heads", "num_attention_heads", "n_heads", &ModelConfig::num_heads, kRequired, CountUpTo(kMaxHeads)},
+    {"head_dim", "head_dim", "head_dim", &ModelConfig::head_dim, kRequired, CountUpTo(kMaxHeadDim)},
+    {"rope_head_dim", "qk_rope_head_dim", "rope_head_dim", &ModelConfig::rope_head_dim, kRequired,
+     CountUpTo(kMaxHeadDim)},
+    {"q_lora_rank", "q_lora_rank", "q_lora_rank", &ModelConfig::q_lora_rank, kRequired, CountUpTo(kMaxWidth)},
+    {"o_groups", "o_groups", "o_groups", &ModelConfig::o_groups, kRequired, CountUpTo(kMaxHeads)},
+    {"o_lora_rank", "o_lora_rank", "o_lora_rank", &ModelConfig::o_lora_rank, kRequired, CountUpTo(kMaxWidth)},
+    {"norm_eps", "rms_norm_eps", "norm_eps", &ModelConfig::norm_eps, kOptional, PositiveRealUpTo(1)},
+    {"window_size", "sliding_window", "window_size", &ModelConfig::window_size, kOptional, CountUpTo(1 << 20)},
     // The flat form has no max_position_embeddings (max_seq_len is a runtime value); see Finish().
-    {"max_position_embeddings", "max_position_embeddings", "", &ModelConfig::max_position_embeddings, kOptional},
+    {"max_position_embeddings", "max_position_embeddings", "", &ModelConfig::max_position_embeddings, kOptional,
+     NonNegativeUpTo(kMaxContext)},
     // RoPE. The HF form nests the YaRN fields under rope_scaling / rope_parameters (ReadHfRope).
-    {"rope_theta", "rope_theta", "rope_theta", &ModelConfig::rope_theta, kOptional},
-    {"compress_rope_theta", "compress_rope_theta", "compress_rope_theta", &ModelConfig::compress_rope_theta, kOptional},
-    {"rope_factor", "", "rope_factor", &ModelConfig::rope_factor, kOptional},
-    {"original_seq_len", "", "original_seq_len", &ModelConfig::original_seq_len, kOptional},
-    {"beta_fast", "", "beta_fast", &ModelConfig::beta_fast, kOptional},
-    {"beta_slow", "", "beta_slow", &ModelConfig::beta_slow, kOptional},
+    {"rope_theta", "rope_theta", "rope_theta", &ModelConfig::rope_theta, kOptional, PositiveRealUpTo(1e12)},
+    {"compress_rope_theta", "compress_rope_theta", "compress_rope_theta", &ModelConfig::compress_rope_theta, kOptional,
+     PositiveRealUpTo(1e12)},
+    {"rope_factor", "", "rope_factor", &ModelConfig::rope_factor, kOptional, PositiveRealUpTo(kMaxReal)},
+    {"original_seq_len", "", "original_seq_len", &ModelConfig::original_seq_len, kOptional,
+     NonNegativeUpTo(kMaxContext)},
+    {"beta_fast", "", "beta_fast", &ModelConfig::beta_fast, kOptional, PositiveRealUpTo(kMaxReal)},
+    {"beta_slow", "", "beta_slow", &ModelConfig::beta_slow, kOptional, PositiveRealUpTo(kMaxReal)},
     // MoE.
-    {"n_routed_experts", "n_routed_experts", "n_routed_experts", &ModelConfig::n_routed_experts, kRequired},
-    {"n_shared_experts", "n_shared_experts", "n_shared_experts", &ModelConfig::n_shared_experts, kOptional},
-    {"num_experts_per_tok", "num_experts_per_tok", "n_activated_experts", &ModelConfig::num_experts_per_tok, kRequired},
-    {"scoring_func", "scoring_func", "score_func", &ModelConfig::scoring_func, kOptional},
-    {"norm_topk_prob", "norm_topk_prob", "norm_topk_prob", &ModelConfig::norm_topk_prob, kOptional},
-    {"routed_scaling_factor", "routed_scaling_factor", "route_scale", &ModelConfig::routed_scaling_factor, kOptional},
-    {"gate_temp", "gate_temp", "gate_temp", &ModelConfig::gate_temp, kOptional},
-    {"swiglu_limit", "swiglu_limit", "swiglu_limit", &ModelConfig::swiglu_limit, kOptional},
+    {"n_routed_experts", "n_routed_experts", "n_routed_experts", &ModelConfig::n_routed_experts, kRequired,
+     CountUpTo(kMaxExperts)},
+    {"n_shared_experts", "n_shared_experts", "n_shared_experts", &ModelConfig::n_shared_experts, kOptional,
+     NonNegativeUpTo(kMaxExperts)},
+    {"num_experts_per_tok", "num_experts_per_tok", "n_activated_experts", &ModelConfig::num_experts_per_tok, kRequired,
+     CountUpTo(kMaxExperts)},
+    {"scoring_func", "scoring_func", "score_func", &ModelConfig::scoring_func, kOptional, kNoRange},
+    {"norm_topk_prob", "norm_topk_prob", "norm_topk_prob", &ModelConfig::norm_topk_prob, kOptional, kNoRange},
+    {"routed_scaling_factor", "routed_scaling_factor", "route_scale", &ModelConfig::routed_scaling_factor, kOptional,
+     PositiveRealUpTo(kMaxReal)},
+    {"gate_temp", "gate_temp", "gate_temp", &ModelConfig::gate_temp, kOptional, PositiveRealUpTo(kMaxReal)},
+    {"swiglu_limit", "swiglu_limit", "swiglu_limit", &ModelConfig::swiglu_limit, kOptional, NonNegativeUpTo(kMaxReal)},
     // Compressed / sparse attention schedule.
-    {"compress_ratios", "compress_ratios", "compress_ratios", &ModelConfig::compress_ratios, kRequired},
-    {"kv_source_layers", "kv_source_layer_ids", "kv_source_layers", &ModelConfig::kv_source_layers, kOptional},
+    {"compress_ratios", "compress_ratios", "compress_ratios", &ModelConfig::compress_ratios, kRequired,
+     Range{0, 1024, false, kMaxLayers + kMaxMtpLayers}},
+    {"kv_source_layers", "kv_source_layer_ids", "kv_source_layers", &ModelConfig::kv_source_layers, kOptional,
+     kLayerIds},
     {"index_source_layers", "index_source_layer_ids", "index_source_layers", &ModelConfig::index_source_layers,
-     kOptional},
-    {"index_n_heads", "index_n_heads", "index_n_heads", &ModelConfig::index_n_heads, kOptional},
-    {"index_head_dim", "index_head_dim", "index_head_dim", &ModelConfig::index_head_dim, kOptional},
-    {"index_topk", "index_topk", "index_topk", &ModelConfig::index_topk, kOptional},
+     kOptional, kLayerIds},
+    {"index_n_heads", "index_n_heads", "index_n_heads", &ModelConfig::index_n_heads, kOptional,
+     NonNegativeUpTo(kMaxHeads)},
+    {"index_head_dim", "index_head_dim", "index_head_dim", &ModelConfig::index_head_dim, kOptional,
+     NonNegativeUpTo(kMaxHeadDim)},
+    {"index_topk", "index_topk", "index_topk", &ModelConfig::index_topk, kOptional, NonNegativeUpTo(1 << 20)},
     {"candidate_source_layer", "candidate_source_layer_id", "candidate_source_layer",
-     &ModelConfig::candidate_source_layer, kOptional},
+     &ModelConfig::candidate_source_layer, kOptional, kNoRange},  // -1 or a layer id: checked in validation
     {"candidate_topk_blocks", "candidate_topk_blocks", "candidate_topk_blocks", &ModelConfig::candidate_topk_blocks,
-     kOptional},
+     kOptional, NonNegativeUpTo(1 << 20)},
     {"candidate_block_size", "candidate_block_size", "candidate_block_size", &ModelConfig::candidate_block_size,
-     kOptional},
+     kOptional, NonNegativeUpTo(1 << 20)},
     // Hyper-connections.
-    {"hc_mult", "hc_mult", "hc_mult", &ModelConfig::hc_mult, kOptional},
-    {"hc_sinkhorn_iters", "hc_sinkhorn_iters", "hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters, kOptional},
-    {"hc_eps", "hc_eps", "hc_eps", &ModelConfig::hc_eps, kOptional},
+    {"hc_mult", "hc_mult", "hc_mult", &ModelConfig::hc_mult, kOptional, CountUpTo(16)},
+    {"hc_sinkhorn_iters", "hc_sinkhorn_iters", "hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters, kOptional,
+     CountUpTo(1000)},
+    {"hc_eps", "hc_eps", "hc_eps", &ModelConfig::hc_eps, kOptional, PositiveRealUpTo(1)},
     // Engram.
-    {"engram_layer_ids", "engram_layer_ids", "engram_layer_ids", &ModelConfig::engram_layer_ids, kOptional},
+    {"engram_layer_ids", "engram_layer_ids", "engram_layer_ids", &ModelConfig::engram_layer_ids, kOptional, kLayerIds},
     {"engram_num_embeddings", "engram_num_embeddings", "engram_num_embeddings", &ModelConfig::engram_num_embeddings,
-     kOptional},
+     kOptional, Range{1, 1LL << 32, false, kMaxLayers}},
     {"engram_max_ngram_size", "engram_max_ngram_size", "engram_max_ngram_size", &ModelConfig::engram_max_ngram_size,
-     kOptional},
-    {"engram_vocab_size", "engram_vocab_size", "engram_vocab_size", &ModelConfig::engram_vocab_size, kOptional},
-    {"engram_n_heads", "engram_n_heads", "engram_n_heads", &ModelConfig::engram_n_heads, kOptional},
-    {"engram_head_dim", "engram_head_dim", "engram_head_dim", &ModelConfig::engram_head_dim, kOptional},
-    {"engram_pad_id", "engram_pad_token_id", "engram_pad_id", &ModelConfig::engram_pad_id, kOptional},
+     kOptional, CountUpTo(16)},
+    {"engram_vocab_size", "engram_vocab_size", "engram_vocab_size", &ModelConfig::engram_vocab_size, kOptional,
+     NonNegativeUpTo(1LL << 32)},
+    {"engram_n_heads", "engram_n_heads", "engram_n_heads", &ModelConfig::engram_n_heads, kOptional,
+     NonNegativeUpTo(64)},
+    {"engram_head_dim", "engram_head_dim", "engram_head_dim", &ModelConfig::engram_head_dim, kOptional,
+     NonNegativeUpTo(kMaxHeadDim)},
+    {"engram_pad_id", "engram_pad_token_id", "engram_pad_id", &ModelConfig::engram_pad_id, kOptional,
+     NonNegativeUpTo(kMaxVocabSize - 1)},
     {"engram_compressed_vocab_size", "engram_compressed_vocab_size", "engram_compressed_vocab_size",
-     &ModelConfig::engram_compressed_vocab_size, kOptional},
+     &ModelConfig::engram_compressed_vocab_size, kOptional, NonNegativeUpTo(kMaxVocabSize)},
     // DSpark.
-    {"dspark_block_size", "dspark_block_size", "dspark_block_size", &ModelConfig::dspark_block_size, kOptional},
+    {"dspark_block_size", "dspark_block_size", "dspark_block_size", &ModelConfig::dspark_block_size, kOptional,
+     NonNegativeUpTo(256)},
     {"dspark_noise_token_id", "dspark_noise_token_id", "dspark_noise_token_id", &ModelConfig::dspark_noise_token_id,
-     kOptional},
+     kOptional, NonNegativeUpTo(kMaxVocabSize - 1)},
     {"dspark_target_layer_ids", "dspark_target_layer_ids", "dspark_target_layer_ids",
-     &ModelConfig::dspark_target_layer_ids, kOptional},
-    {"dspark_markov_rank", "dspark_markov_rank", "dspark_markov_rank", &ModelConfig::dspark_markov_rank, kOptional},
+     &ModelConfig::dspark_target_layer_ids, kOptional, kLayerIds},
+    {"dspark_markov_rank", "dspark_markov_rank", "dspark_markov_rank", &ModelConfig::dspark_markov_rank, kOptional,
+     CountUpTo(kMaxWidth)},
     {"dspark_n_routed_experts", "dspark_n_routed_experts", "dspark_n_routed_experts",
-     &ModelConfig::dspark_n_routed_experts, kOptional},
+     &ModelConfig::dspark_n_routed_experts, kOptional, NonNegativeUpTo(kMaxExperts)},  // 0: the backbone's
     {"dspark_n_activated_experts", "dspark_num_experts_per_tok", "dspark_n_activated_experts",
-     &ModelConfig::dspark_n_activated_experts, kOptional},
+     &ModelConfig::dspark_n_activated_experts, kOptional, NonNegativeUpTo(kMaxExperts)},
     // Quantization, flat form only (the HF form uses quantization_config, see ReadHfQuantization).
-    {"weight_dtype", "", "dtype", &ModelConfig::weight_dtype, kOptional},
-    {"expert_dtype", "", "expert_dtype", &ModelConfig::expert_dtype, kOptional},
-    {"scale_fmt", "", "scale_fmt", &ModelConfig::scale_fmt, kOptional},
+    {"weight_dtype", "", "dtype", &ModelConfig::weight_dtype, kOptional, kNoRange},
+    {"expert_dtype", "", "expert_dtype", &ModelConfig::expert_dtype, kOptional, kNoRange},
+    {"scale_fmt", "", "scale_fmt", &ModelConfig::scale_fmt, kOptional, kNoRange},
 };
+
+// The range of a table field; fields read by hand outside the table have none here.
+const Range& RangeOf(std::string_view name) {
+  for (const Field& field : kFields) {
+    if (field.name == name) return field.range;
+  }
+  return kNoRange;
+}
 
 // The reference `ModelArgs` defaults for the fields that may be absent, where they differ from
 // the struct's in-class defaults. Both forms share them except for two HF-specific choices.
@@ -295,7 +435,7 @@ class Reader {
       return;
     }
     present_.insert(std::string(name));
-    if (!Convert(*value, full_key, out, problems_)) MarkBad(name);
+    if (!ConvertInRange(*value, full_key, RangeOf(name), out, problems_)) MarkBad(name);
   }
 
   // Reads every table field this form has from `object`; `prefix` is how the file reaches it.
@@ -349,7 +489,7 @@ void ReadTokenId(std::string_view name, const std::vector<std::pair<const Json*,
     reader->MarkPresent(name);
     if (value->is_array() && value->size() == 1) value = &(*value)[0];
     if (value->is_array()) {
-      reader->problems()->Add(full_key, ": ", value->dump(), " lists several ids; expected one integer");
+      reader->problems()->Add(full_key, ": ", BoundedDump(*value, 100), " lists several ids; expected one integer");
       reader->MarkBad(name);
     } else if (!Convert(*value, full_key, out, reader->problems())) {
       reader->MarkBad(name);
@@ -558,10 +698,8 @@ class Validator {
 
   void Run() {
     CheckShapes();
-    CheckRope();
     CheckMoe();
-    const bool layers_ok = r_.Usable("num_layers") && c_.num_layers > 0 && c_.num_layers <= kMaxLayers;
-    if (layers_ok) {
+    if (r_.Usable("num_layers")) {
       CheckScheduleLists();
       CheckSchedule();
       CheckEngram();
@@ -577,9 +715,6 @@ class Validator {
   void Positive(std::string_view name, int64_t value) {
     if (r_.Usable(name) && value <= 0) p_->Add(K(name), ": must be positive, got ", value);
   }
-  void PositiveReal(std::string_view name, double value) {
-    if (r_.Usable(name) && !(value > 0)) p_->Add(K(name), ": must be positive, got ", value);
-  }
   // A shape that only exists when a feature is on: required then, and positive.
   void NeededFor(std::string_view name, int64_t value, const std::string& feature) {
     if (!r_.Usable(name)) return;
@@ -590,30 +725,10 @@ class Validator {
     }
   }
 
+  // Ranges (non-negative, positive, maxima) were checked as each field was read; these are the
+  // relations between fields.
   void CheckShapes() {
-    const std::pair<std::string_view, int64_t> shapes[] = {
-        {"vocab_size", c_.vocab_size},
-        {"hidden_size", c_.hidden_size},
-        {"moe_intermediate_size", c_.moe_intermediate_size},
-        {"num_layers", c_.num_layers},
-        {"num_heads", c_.num_heads},
-        {"head_dim", c_.head_dim},
-        {"rope_head_dim", c_.rope_head_dim},
-        {"q_lora_rank", c_.q_lora_rank},
-        {"o_groups", c_.o_groups},
-        {"o_lora_rank", c_.o_lora_rank},
-        {"window_size", c_.window_size},
-        {"hc_mult", c_.hc_mult},
-        {"hc_sinkhorn_iters", c_.hc_sinkhorn_iters},
-    };
-    for (const auto& [name, value] : shapes) Positive(name, value);
-    if (r_.Usable("num_layers") && c_.num_layers > kMaxLayers) {
-      p_->Add(K("num_layers"), ": ", c_.num_layers, " is implausibly large (at most ", kMaxLayers, ")");
-    }
-    if (r_.Usable("num_mtp_layers") && c_.num_mtp_layers < 0) {
-      p_->Add(K("num_mtp_layers"), ": must not be negative, got ", c_.num_mtp_layers);
-    }
-    if (r_.Usable("head_dim", "rope_head_dim") && c_.rope_head_dim > 0 && c_.head_dim > 0) {
+    if (r_.Usable("head_dim", "rope_head_dim")) {
       if (c_.head_dim <= c_.rope_head_dim) {
         p_->Add(K("head_dim"), " (", c_.head_dim, ") must be greater than ", K("rope_head_dim"), " (", c_.rope_head_dim,
                 "): the non-RoPE part of a head would be empty");
@@ -622,30 +737,13 @@ class Validator {
         p_->Add(K("rope_head_dim"), ": must be even (RoPE rotates pairs), got ", c_.rope_head_dim);
       }
     }
-    if (r_.Usable("num_heads", "o_groups") && c_.num_heads > 0 && c_.o_groups > 0 && c_.num_heads % c_.o_groups != 0) {
+    if (r_.Usable("num_heads", "o_groups") && c_.num_heads % c_.o_groups != 0) {
       p_->Add(K("num_heads"), " (", c_.num_heads, ") is not divisible by ", K("o_groups"), " (", c_.o_groups, ")");
     }
-    PositiveReal("norm_eps", c_.norm_eps);
-    PositiveReal("hc_eps", c_.hc_eps);
-    if (r_.Usable("max_position_embeddings") && c_.max_position_embeddings < 0) {
-      p_->Add(K("max_position_embeddings"), ": must not be negative, got ", c_.max_position_embeddings);
-    }
-  }
-
-  void CheckRope() {
-    PositiveReal("rope_theta", c_.rope_theta);
-    PositiveReal("compress_rope_theta", c_.compress_rope_theta);
-    if (r_.Usable("original_seq_len") && c_.original_seq_len < 0) {
-      p_->Add(K("original_seq_len"), ": must not be negative, got ", c_.original_seq_len);
-    }
-    if (r_.Usable("original_seq_len") && c_.original_seq_len > 0) PositiveReal("rope_factor", c_.rope_factor);
   }
 
   void CheckMoe() {
-    Positive("n_routed_experts", c_.n_routed_experts);
-    Positive("num_experts_per_tok", c_.num_experts_per_tok);
-    if (r_.Usable("n_routed_experts", "num_experts_per_tok") && c_.num_experts_per_tok > c_.n_routed_experts &&
-        c_.n_routed_experts > 0) {
+    if (r_.Usable("n_routed_experts", "num_experts_per_tok") && c_.num_experts_per_tok > c_.n_routed_experts) {
       p_->Add(K("num_experts_per_tok"), " (", c_.num_experts_per_tok, ") exceeds ", K("n_routed_experts"), " (",
               c_.n_routed_experts, ")");
     }
@@ -657,11 +755,6 @@ class Validator {
         c_.scoring_func != "sqrtsoftplus") {
       p_->Add(K("scoring_func"), ": expected \"softmax\", \"sigmoid\" or \"sqrtsoftplus\", got \"", c_.scoring_func,
               "\"");
-    }
-    PositiveReal("gate_temp", c_.gate_temp);
-    PositiveReal("routed_scaling_factor", c_.routed_scaling_factor);
-    if (r_.Usable("swiglu_limit") && c_.swiglu_limit < 0) {
-      p_->Add(K("swiglu_limit"), ": must not be negative (0 disables the clamp), got ", c_.swiglu_limit);
     }
   }
 
@@ -692,11 +785,6 @@ class Validator {
         p_->Add(K("compress_ratios"), ": has ", c_.compress_ratios.size(), " entries, needs at least ", needed, " (",
                 c_.num_layers, " backbone layers",
                 dspark_on && mtp_ok ? detail::Concat(" + ", c_.num_mtp_layers, " DSpark layers") : std::string(), ")");
-      }
-      for (size_t i = 0; i < c_.compress_ratios.size(); ++i) {
-        if (c_.compress_ratios[i] < 0) {
-          p_->Add(K("compress_ratios"), "[", i, "]: expected 0 or a positive integer, got ", c_.compress_ratios[i]);
-        }
       }
     }
     CheckLayerIds("kv_source_layers", c_.kv_source_layers);
@@ -801,11 +889,7 @@ class Validator {
   }
 
   void CheckDSpark() {
-    if (!r_.Usable("dspark_block_size")) return;
-    if (c_.dspark_block_size < 0) {
-      p_->Add(K("dspark_block_size"), ": must not be negative (0 turns DSpark off), got ", c_.dspark_block_size);
-    }
-    if (c_.dspark_block_size <= 0) return;
+    if (!r_.Usable("dspark_block_size") || c_.dspark_block_size == 0) return;
     const std::string feature = K("dspark_block_size") + " > 0";
     if (r_.Usable("num_mtp_layers") && c_.num_mtp_layers < 1) {
       p_->Add(K("num_mtp_layers"), ": must be at least 1 when ", feature, ", got ", c_.num_mtp_layers);
@@ -813,7 +897,6 @@ class Validator {
     if (r_.Usable("dspark_target_layer_ids") && c_.dspark_target_layer_ids.empty()) {
       p_->Add(K("dspark_target_layer_ids"), ": must list at least one layer when ", feature);
     }
-    Positive("dspark_markov_rank", c_.dspark_markov_rank);
     Positive("dspark_n_routed_experts", c_.dspark_n_routed_experts);
     Positive("dspark_n_activated_experts", c_.dspark_n_activated_experts);
     if (r_.Usable("dspark_n_routed_experts", "dspark_n_activated_experts") &&
@@ -869,13 +952,8 @@ class Validator {
 
 }  // namespace
 
-ModelConfig ParseModelConfig(const std::string& json_text, const std::string& origin) {
-  Json root;
-  try {
-    root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
-    throw MakeError(origin, ": invalid JSON: ", e.what());
-  }
+ModelConfig ParseModelConfig(std::string_view json_text, const std::string& origin) {
+  const Json root = ParseJsonBounded(json_text, origin, kConfigLimits);
   if (!root.is_object()) throw MakeError(origin, ": expected a JSON object at the top level, got ", root.type_name());
 
   const bool hf = root.contains("text_config");
@@ -899,28 +977,23 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& or
     ReadReferenceForm(root, &reader, &config);
   }
   Finish(reader, &config);
-  if (reader.Usable("num_layers") && config.num_layers > 0 && config.num_layers <= kMaxLayers) FillRoles(&config);
+  if (reader.Usable("num_layers")) FillRoles(&config);
   Validator(config, reader, &problems).Run();
   if (!problems.empty()) throw problems.ToError(origin);
   return config;
 }
 
 ModelConfig LoadModelConfig(const std::string& model_dir) {
-  namespace fs = std::filesystem;
-  const fs::path dir(model_dir);
-  const fs::path candidates[] = {dir / "config.json", dir / "inference" / "config.json"};
-  for (const fs::path& path : candidates) {
-    std::error_code error;
-    if (!fs::is_regular_file(path, error)) continue;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw MakeError(path.string(), ": cannot open");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) throw MakeError(path.string(), ": read failed");
-    return ParseModelConfig(text.str(), path.string());
+  const ModelDirectory dir(model_dir);
+  // Anything at either name counts: a config.json that is a FIFO, a directory or a broken symlink is reported as
+  // such, not skipped.
+  for (const std::string_view name : {"config.json", "inference/config.json"}) {
+    if (std::optional<FileHandle> file = dir.OpenIfPresent(name, "the model config")) {
+      return ParseModelConfig(ReadWholeFile(*file, kConfigLimits.max_bytes), file->path());
+    }
   }
-  throw MakeError(model_dir, ": no model config: neither ", candidates[0].string(), " nor ", candidates[1].string(),
-                  " exists");
+  throw MakeError(model_dir, ": no model config: neither ", dir.PathOf("config.json"), " nor ",
+                  dir.PathOf("inference/config.json"), " exists");
 }
 
 }  // namespace deepinfer

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace deepinfer {
@@ -122,9 +123,10 @@ struct ModelConfig {
 
 // Parses either form; `origin` names the source in errors. Fills `roles` and validates
 // the whole config, reporting every problem found in one Error.
-ModelConfig ParseModelConfig(const std::string& json_text, const std::string& origin);
+ModelConfig ParseModelConfig(std::string_view json_text, const std::string& origin);
 
-// Reads `<dir>/config.json`, or `<dir>/inference/config.json` when the former is absent.
+// Reads `<dir>/config.json`, or `<dir>/inference/config.json` when nothing is at the former
+// (confined to the directory, regular files only, at most 1 MiB).
 ModelConfig LoadModelConfig(const std::string& model_dir);
 
 }  // namespace deepinfer

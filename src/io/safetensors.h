@@ -1,10 +1,12 @@
 // Safetensors checkpoints, memory-mapped and used in place.
 //
 // A checkpoint is a single `.safetensors` file, or a directory holding either
-// `model.safetensors.index.json` (shards listed in its "weight_map") or one
-// `model.safetensors`. Every header is validated completely when opened: a damaged or
-// hostile file produces one specific deepinfer::Error naming the file and the problem,
-// never a crash or an out-of-bounds read later.
+// `model.safetensors.index.json` (shards listed in its "weight_map") or `*.safetensors` files.
+// Every header is validated completely when opened: a damaged or hostile file produces one
+// specific deepinfer::Error naming the file and the problem, never a crash or an out-of-bounds
+// read later. The tensors must cover each file's data section exactly (no gaps, no trailing
+// bytes), and a directory's files are confined to it (core/model_directory.h): an index cannot
+// make the engine open anything outside the model directory.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "core/model_directory.h"
 
 namespace deepinfer {
 
@@ -39,12 +42,27 @@ struct TensorInfo {
   std::string ShapeString() const;  // "[129280, 5120]"
 };
 
+// The validated header of safetensors bytes: tensors point into `bytes`.
+struct SafetensorsLayout {
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+// Validates a whole safetensors file held in memory; throws Error("<path>: <what is wrong>").
+SafetensorsLayout ParseSafetensorsLayout(const uint8_t* bytes, uint64_t size, const std::string& path);
+
+// model.safetensors.index.json: shard file name -> the tensors its weight_map places there
+// (std::map: shards open once each, in a stable order). The names are not checked here.
+using ShardIndex = std::map<std::string, std::vector<std::string>>;
+ShardIndex ParseShardIndex(std::string_view text, const std::string& index_path);
+
 class SafetensorsFile {
  public:
   // Maps and validates the file; throws Error("<path>: <what is wrong>").
   explicit SafetensorsFile(const std::string& path);
+  explicit SafetensorsFile(const FileHandle& file);
 
   const std::string& path() const { return file_->path(); }
+  bool Contains(const void* address) const { return file_->Contains(address); }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -63,8 +81,13 @@ class Checkpoint {
   std::vector<std::string> Names() const;  // sorted
   size_t size() const { return by_name_.size(); }
   const std::vector<std::string>& files() const { return file_paths_; }
+  // The file whose mapping holds `address` (for a MappedFileFault), or nullptr.
+  const std::string* FileContaining(const void* address) const;
 
  private:
+  void AddFile(std::shared_ptr<SafetensorsFile> file);
+  void AddIndexedShards(const ModelDirectory& dir, const FileHandle& index_file);
+
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::vector<std::string> file_paths_;
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;

@@ -50,6 +50,8 @@ bool IsPrime(uint64_t n) {
 }  // namespace
 
 int64_t NextUnusedPrime(int64_t start, const std::vector<int64_t>& used) {
+  // The config bounds engram_vocab_size to 2^32, so the search never nears the end of int64.
+  DI_CHECK(start >= 0 && start < (int64_t{1} << 62), "prime search from ", start);
   int64_t candidate = start + 1;
   while (!IsPrime(static_cast<uint64_t>(candidate)) || std::find(used.begin(), used.end(), candidate) != used.end()) {
     ++candidate;
@@ -85,7 +87,10 @@ EngramHasher::EngramHasher(const ModelConfig& config, std::vector<int32_t> token
     int64_t total = 0;
     for (int64_t p : primes) {
       offsets.push_back(total);
-      total += p;
+      if (__builtin_add_overflow(total, p, &total)) {
+        throw MakeError(config.source, ": engram layer ", config.engram_layer_ids[l],
+                        ": the sum of its hash primes overflows (engram_vocab_size ", config.engram_vocab_size, ")");
+      }
     }
     if (total > config.engram_num_embeddings[l]) {
       throw MakeError(config.source, ": engram layer ", config.engram_layer_ids[l], " hashes into ", total,

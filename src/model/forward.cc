@@ -124,6 +124,17 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, ThreadPool
 
 std::vector<float> Model::Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
                                   ForwardStats* stats) const {
+  std::vector<float> logits;
+  try {
+    GuardMappedReads([&] { logits = ForwardUnguarded(items, ctx, stats); });
+  } catch (const MappedFileFault& fault) {
+    throw MappedFileError(fault, checkpoint_);
+  }
+  return logits;
+}
+
+std::vector<float> Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx,
+                                           ForwardStats* stats) const {
   const ModelConfig& c = config_;
   const int hc = c.hc_mult;
   const int64_t dim = c.hidden_size;

@@ -1,8 +1,8 @@
 #include "model/model.h"
 
-#include <filesystem>
-
 #include "core/error.h"
+#include "core/mapped_file.h"
+#include "core/model_directory.h"
 #include "model/model_internal.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/tokenizer.h"
@@ -78,21 +78,35 @@ Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, st
   }
 }
 
+Error MappedFileError(const MappedFileFault& fault, const Checkpoint& checkpoint) {
+  const std::string* file = checkpoint.FileContaining(fault.address());
+  if (file == nullptr) return Error(fault.what());
+  return MakeError(*file,
+                   ": the file was truncated or replaced while the model was using it (SIGBUS reading its "
+                   "memory mapping); reload the model");
+}
+
 std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOptions& options) {
+  const ModelDirectory dir(model_dir);
   ModelConfig config = LoadModelConfig(model_dir);
   CheckEngineConstraints(config);
   Checkpoint checkpoint = Checkpoint::Open(model_dir);
-  ModelWeights weights = BindWeights(config, checkpoint, model_dir);
+  ModelWeights weights;
+  try {
+    GuardMappedReads([&] { weights = BindWeights(config, checkpoint, model_dir); });
+  } catch (const MappedFileFault& fault) {
+    throw MappedFileError(fault, checkpoint);
+  }
   std::optional<EngramHasher> hasher;
   if (!config.engram_layer_ids.empty()) {
-    const std::string tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
-    if (!std::filesystem::exists(tokenizer_path)) {
+    std::optional<FileHandle> tokenizer = dir.OpenIfPresent("tokenizer.json", "the tokenizer");
+    if (!tokenizer) {
       throw MakeError(model_dir,
                       ": the config has Engram layers, whose hash needs the tokenizer's compressed "
                       "token map, but ",
-                      tokenizer_path, " does not exist");
+                      dir.PathOf("tokenizer.json"), " does not exist");
     }
-    EngramTokenMap map = BuildEngramTokenMap(Tokenizer::FromFile(tokenizer_path));
+    EngramTokenMap map = BuildEngramTokenMap(Tokenizer::FromFile(*tokenizer));
     hasher.emplace(config, std::move(map.compressed_id), map.compressed_vocab_size);
   }
   int64_t max_context = config.max_position_embeddings;

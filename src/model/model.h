@@ -69,7 +69,8 @@ class Model {
   // Returns fp32 logits, [rows, vocab]: per item in order, every token's row when
   // all_logits, none when no_logits, else the last token's. Throws Error on bad input (token
   // id out of range, context exceeded, a KV cache budget that cannot hold the new tokens)
-  // before any state value changes.
+  // before any state value changes. A checkpoint file truncated while mapped is an Error
+  // naming the file, thrown mid-forward (the states are then unusable, and so is the model).
   std::vector<float> Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
                              ForwardStats* stats = nullptr) const;
   // The same on the best SIMD level this CPU supports.
@@ -81,6 +82,10 @@ class Model {
 
   struct Batch;
   struct SharedIndex;
+
+  // Forward's work; Forward runs it inside GuardMappedReads.
+  std::vector<float> ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx,
+                                      ForwardStats* stats) const;
 
   void ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t>& hash_ids, std::vector<float>& streams,
                    const ComputeContext& ctx) const;

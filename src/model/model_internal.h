@@ -5,9 +5,13 @@
 #include <map>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "model/model.h"
 
 namespace deepinfer {
+
+// The error for a SIGBUS on a mapped checkpoint file: names the file.
+Error MappedFileError(const MappedFileFault& fault, const Checkpoint& checkpoint);
 
 // Sizes of fixed scratch arrays in the compressor and router loops (checked at load).
 inline constexpr int kMaxCompressRatio = 16;

@@ -71,15 +71,18 @@ std::optional<std::vector<int64_t>> ScaleShape(const ExpectedTensor& t) {
   }
 }
 
-// Walks the tensors of one block (backbone layer or DSpark stage) under `prefix`.
-void VisitBlock(const ModelConfig& c, const std::string& prefix, int layer_id, bool backbone,
-                const std::function<void(const ExpectedTensor&)>& visit) {
+// Walks the tensors of one block (backbone layer or DSpark stage) under `prefix`; false once
+// `visit` asked to stop. The shape arithmetic cannot overflow: every factor is within the
+// config's plausibility bounds (io/model_config.cc), the largest product ~2^26.
+bool VisitBlock(const ModelConfig& c, const std::string& prefix, int layer_id, bool backbone,
+                const std::function<bool(const ExpectedTensor&)>& visit) {
+  bool go = true;
   const int64_t d = c.hidden_size;
   const int64_t mix = (2 + c.hc_mult) * c.hc_mult;
   const TensorKind linear =
       c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix : TensorKind::kDenseMatrix;
   auto add = [&](const std::string& name, TensorKind kind, std::vector<int64_t> shape) {
-    visit(ExpectedTensor{prefix + name, kind, std::move(shape)});
+    if (go) go = visit(ExpectedTensor{prefix + name, kind, std::move(shape)});
   };
   add("attn_norm.weight", TensorKind::kVector, {d});
   add("ffn_norm.weight", TensorKind::kVector, {d});
@@ -124,7 +127,7 @@ void VisitBlock(const ModelConfig& c, const std::string& prefix, int layer_id, b
   const int64_t inter = c.moe_intermediate_size;
   add("ffn.gate.weight", TensorKind::kDenseMatrix, {experts, d});
   add("ffn.gate.bias", TensorKind::kVector, {experts});
-  for (int e = 0; e < experts; ++e) {
+  for (int e = 0; e < experts && go; ++e) {
     const std::string p = "ffn.experts." + std::to_string(e) + ".";
     add(p + "w1.weight", expert, {inter, d});
     add(p + "w2.weight", expert, {d, inter});
@@ -133,6 +136,7 @@ void VisitBlock(const ModelConfig& c, const std::string& prefix, int layer_id, b
   add("ffn.shared_experts.w1.weight", linear, {inter, d});
   add("ffn.shared_experts.w2.weight", linear, {d, inter});
   add("ffn.shared_experts.w3.weight", linear, {inter, d});
+  return go;
 }
 
 std::vector<float> LoadVector(const TensorInfo& info) {
@@ -201,84 +205,93 @@ std::string ScaleName(const std::string& weight_name) {
   return weight_name + ".scale";
 }
 
-void ForEachExpectedTensor(const ModelConfig& c, const std::function<void(const ExpectedTensor&)>& visit) {
-  visit({"embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
-  for (int i = 0; i < c.num_layers; ++i) VisitBlock(c, "layers." + std::to_string(i) + ".", i, true, visit);
-  visit({"norm.weight", TensorKind::kVector, {c.hidden_size}});
-  visit({"head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
+void ForEachExpectedTensor(const ModelConfig& c, const std::function<bool(const ExpectedTensor&)>& visit) {
+  bool go = visit({"embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
+  for (int i = 0; i < c.num_layers && go; ++i) go = VisitBlock(c, "layers." + std::to_string(i) + ".", i, true, visit);
+  auto add = [&](ExpectedTensor t) {
+    if (go) go = visit(t);
+  };
+  add({"norm.weight", TensorKind::kVector, {c.hidden_size}});
+  add({"head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
   if (c.dspark_block_size > 0) {
     const TensorKind linear =
         c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix : TensorKind::kDenseMatrix;
-    for (int k = 0; k < c.num_mtp_layers; ++k) {
+    for (int k = 0; k < c.num_mtp_layers && go; ++k) {
       const std::string prefix = "mtp." + std::to_string(k) + ".";
-      VisitBlock(c, prefix, c.num_layers + k, false, visit);
+      go = VisitBlock(c, prefix, c.num_layers + k, false, visit);
       if (k == 0) {
         const int64_t in = c.hidden_size * static_cast<int64_t>(c.dspark_target_layer_ids.size());
-        visit({prefix + "main_proj.weight", linear, {c.hidden_size, in}});
-        visit({prefix + "main_norm.weight", TensorKind::kVector, {c.hidden_size}});
+        add({prefix + "main_proj.weight", linear, {c.hidden_size, in}});
+        add({prefix + "main_norm.weight", TensorKind::kVector, {c.hidden_size}});
       }
       if (k == c.num_mtp_layers - 1) {
-        visit({prefix + "norm.weight", TensorKind::kVector, {c.hidden_size}});
-        visit({prefix + "markov_head.embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
-        visit({prefix + "markov_head.head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
-        visit({prefix + "confidence_head.proj.weight",
-               TensorKind::kDenseMatrix,
-               {1, c.hidden_size + c.dspark_markov_rank}});
+        add({prefix + "norm.weight", TensorKind::kVector, {c.hidden_size}});
+        add({prefix + "markov_head.embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
+        add({prefix + "markov_head.head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
+        add({prefix + "confidence_head.proj.weight",
+             TensorKind::kDenseMatrix,
+             {1, c.hidden_size + c.dspark_markov_rank}});
       }
     }
   }
 }
 
-std::vector<std::string> CheckTensors(const ModelConfig& config, const Checkpoint& checkpoint) {
-  std::vector<std::string> problems;
+std::string TensorProblems::MoreSuffix() const {
+  if (listed.size() == count && complete) return "";
+  return detail::Concat("; ... and ", complete ? "" : "at least ", count - listed.size(), " more");
+}
+
+TensorProblems CheckTensors(const ModelConfig& config, const Checkpoint& checkpoint, size_t listed) {
+  TensorProblems problems;
+  auto add = [&](const std::string& problem) {
+    if (problems.listed.size() < listed) problems.listed.push_back(problem);
+    ++problems.count;
+  };
   ForEachExpectedTensor(config, [&](const ExpectedTensor& t) {
+    if (problems.count >= kMaxCountedTensorProblems) {
+      problems.complete = false;
+      return false;
+    }
     const TensorInfo* info = checkpoint.Find(t.name);
     const std::vector<int64_t> stored = StoredShape(t);
     if (info == nullptr) {
-      problems.push_back("missing tensor '" + t.name + "' (expected " + KindName(t.kind) + " " + ShapeString(stored) +
-                         ")");
-      return;
+      add("missing tensor '" + t.name + "' (expected " + KindName(t.kind) + " " + ShapeString(stored) + ")");
+      return true;
     }
     if (!DTypeAllowed(t.kind, info->dtype)) {
-      problems.push_back("tensor '" + t.name + "' has dtype " + std::string(DTypeName(info->dtype)) + ", expected " +
-                         KindName(t.kind));
-      return;
+      add("tensor '" + t.name + "' has dtype " + std::string(DTypeName(info->dtype)) + ", expected " +
+          KindName(t.kind));
+      return true;
     }
     if (info->shape != stored) {
-      problems.push_back("tensor '" + t.name + "' has shape " + info->ShapeString() + ", expected " +
-                         ShapeString(stored));
-      return;
+      add("tensor '" + t.name + "' has shape " + info->ShapeString() + ", expected " + ShapeString(stored));
+      return true;
     }
     if (const auto scale_shape = ScaleShape(t)) {
       const std::string scale_name = ScaleName(t.name);
       const TensorInfo* scale = checkpoint.Find(scale_name);
       if (scale == nullptr) {
-        problems.push_back("missing scale '" + scale_name + "' of quantized tensor '" + t.name +
-                           "' (expected F8_E8M0 " + ShapeString(*scale_shape) + ")");
+        add("missing scale '" + scale_name + "' of quantized tensor '" + t.name + "' (expected F8_E8M0 " +
+            ShapeString(*scale_shape) + ")");
       } else if (scale->dtype != DType::kF8E8M0) {
-        problems.push_back("scale '" + scale_name + "' has dtype " + std::string(DTypeName(scale->dtype)) +
-                           ", expected F8_E8M0");
+        add("scale '" + scale_name + "' has dtype " + std::string(DTypeName(scale->dtype)) + ", expected F8_E8M0");
       } else if (scale->shape != *scale_shape) {
-        problems.push_back("scale '" + scale_name + "' has shape " + scale->ShapeString() + ", expected " +
-                           ShapeString(*scale_shape));
+        add("scale '" + scale_name + "' has shape " + scale->ShapeString() + ", expected " + ShapeString(*scale_shape));
       }
     }
+    return true;
   });
   return problems;
 }
 
 ModelWeights BindWeights(const ModelConfig& config, const Checkpoint& checkpoint, const std::string& origin) {
-  const std::vector<std::string> problems = CheckTensors(config, checkpoint);
+  const TensorProblems problems = CheckTensors(config, checkpoint);
   if (!problems.empty()) {
     std::ostringstream message;
-    message << origin << ": " << problems.size() << " tensor problem" << (problems.size() == 1 ? "" : "s") << ": ";
-    for (size_t i = 0; i < problems.size(); ++i) {
-      if (i == 8) {
-        message << "; ... and " << problems.size() - 8 << " more";
-        break;
-      }
-      message << (i ? "; " : "") << problems[i];
-    }
+    message << origin << ": " << (problems.complete ? "" : "at least ") << problems.count << " tensor problem"
+            << (problems.count == 1 ? "" : "s") << ": ";
+    for (size_t i = 0; i < problems.listed.size(); ++i) message << (i ? "; " : "") << problems.listed[i];
+    message << problems.MoreSuffix();
     throw Error(message.str());
   }
   const Binder b(checkpoint);

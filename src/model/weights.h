@@ -34,7 +34,8 @@ struct ExpectedTensor {
   std::vector<int64_t> shape;  // logical shape (FP4: unpacked columns)
 };
 
-void ForEachExpectedTensor(const ModelConfig& config, const std::function<void(const ExpectedTensor&)>& visit);
+// Calls visit on each expected tensor in order until it returns false.
+void ForEachExpectedTensor(const ModelConfig& config, const std::function<bool(const ExpectedTensor&)>& visit);
 
 // The name of the scale tensor of a quantized weight.
 std::string ScaleName(const std::string& weight_name);
@@ -97,10 +98,22 @@ struct ModelWeights {
 };
 
 // Validates the checkpoint against the config and binds every backbone tensor. Throws one
-// Error listing all problems ("<dir>: 3 tensor problems: ...").
+// Error listing the problems ("<dir>: 3 tensor problems: ...", the first few spelled out).
 ModelWeights BindWeights(const ModelConfig& config, const Checkpoint& checkpoint, const std::string& origin);
 
-// Every problem of the checkpoint against the config (empty when valid), for `inspect`.
-std::vector<std::string> CheckTensors(const ModelConfig& config, const Checkpoint& checkpoint);
+// The problems of the checkpoint against the config, for `inspect`: the first `listed` spelled
+// out, the rest counted. Counting stops at kMaxCountedTensorProblems (a config that implies
+// millions of missing tensors must not take seconds to say so); `complete` tells whether it did.
+struct TensorProblems {
+  std::vector<std::string> listed;
+  size_t count = 0;
+  bool complete = true;
+
+  bool empty() const { return count == 0; }
+  // "; ... and N more" / "; ... and at least N more", or "" when every problem is listed.
+  std::string MoreSuffix() const;
+};
+inline constexpr size_t kMaxCountedTensorProblems = 10'000;
+TensorProblems CheckTensors(const ModelConfig& config, const Checkpoint& checkpoint, size_t listed = 8);
 
 }  // namespace deepinfer

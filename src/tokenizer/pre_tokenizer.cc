@@ -25,7 +25,8 @@ class RegexSplitSequence::CompiledPattern {
   CompiledPattern(const Step& step, const std::string& origin) {
     int error_code = 0;
     PCRE2_SIZE error_offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | (step.is_regex ? 0 : PCRE2_LITERAL);
+    // PCRE2 refuses PCRE2_UCP next to PCRE2_LITERAL (a literal has no character classes anyway).
+    const uint32_t options = PCRE2_UTF | (step.is_regex ? PCRE2_UCP : PCRE2_LITERAL);
     std::string pattern = step.pattern;
     if (step.is_regex) {
       try {
@@ -37,8 +38,8 @@ class RegexSplitSequence::CompiledPattern {
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error_code,
                           &error_offset, nullptr);
     if (code_ == nullptr) {
-      throw MakeError(origin, ": pre_tokenizer Split pattern \"", step.pattern, "\" does not compile at offset ",
-                      error_offset, ": ", Pcre2Message(error_code));
+      throw MakeError(origin, ": pre_tokenizer Split pattern \"", Printable(step.pattern, 100),
+                      "\" does not compile at offset ", error_offset, ": ", Pcre2Message(error_code));
     }
     // JIT is only a speed-up; without it (unsupported CPU) pcre2_match interprets the pattern.
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);

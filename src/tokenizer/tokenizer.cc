@@ -1,11 +1,14 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <utility>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
-#include "core/mapped_file.h"
+#include "core/model_limits.h"
+#include "core/regular_file.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -16,6 +19,13 @@ namespace deepinfer {
 namespace {
 
 using Json = nlohmann::json;
+
+// DeepSeek's tokenizer.json is 6.4 MB (the limit is 2.5x that); its deepest path
+// (pre_tokenizer.pretokenizers[i].pattern) nests four levels.
+constexpr JsonLimits kTokenizerLimits{16 << 20, 4 + 64};
+// Ids are dense in real tokenizers; a file whose largest id is far beyond its token count would
+// make the id tables huge for nothing, so the id space may be at most twice the tokens plus this.
+constexpr int64_t kIdSlack = 1024;
 
 enum class IdKind : uint8_t { kNone, kVocab, kAdded, kSpecial };
 
@@ -127,11 +137,8 @@ struct Tokenizer::Impl {
   std::unique_ptr<RegexSplitSequence> splitter;
   std::unique_ptr<AddedTokenMatcher> added_tokens;
 
+  // The tables are sized to the largest id first.
   void SetToken(int32_t id, const std::string& token, IdKind kind) {
-    if (static_cast<size_t>(id) >= token_by_id.size()) {
-      token_by_id.resize(id + 1);
-      kind_by_id.resize(id + 1, IdKind::kNone);
-    }
     token_by_id[id] = token;
     kind_by_id[id] = kind;
   }
@@ -142,18 +149,14 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::FromFile(const std::string& path) {
-  const MappedFile file(path);
-  return FromJsonText(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path);
+Tokenizer Tokenizer::FromFile(const std::string& path) { return FromFile(OpenRegularFile(path)); }
+
+Tokenizer Tokenizer::FromFile(const FileHandle& file) {
+  return FromJsonText(ReadWholeFile(file, kTokenizerLimits.max_bytes), file.path());
 }
 
 Tokenizer Tokenizer::FromJsonText(std::string_view json, const std::string& origin) {
-  Json root;
-  try {
-    root = Json::parse(json);
-  } catch (const Json::exception& error) {
-    throw MakeError(origin, ": not valid JSON: ", error.what());
-  }
+  const Json root = ParseJsonBounded(json, origin, kTokenizerLimits);
   auto impl = std::make_unique<Impl>();
   try {
     RequireNoNormalizer(root, origin);
@@ -163,38 +166,59 @@ Tokenizer Tokenizer::FromJsonText(std::string_view json, const std::string& orig
     if (decoder.value("type", "") != "ByteLevel") {
       throw MakeError(origin, ": decoder: expected type \"ByteLevel\", got \"", decoder.value("type", ""), "\"");
     }
+    // Ids are checked before anything is sized by them.
+    const auto read_id = [&](const Json& value, const std::string& where) -> int32_t {
+      if (!value.is_number_integer()) throw MakeError(origin, ": ", where, ": id must be an integer");
+      const bool negative = !value.is_number_unsigned() && value.get<int64_t>() < 0;
+      if (negative || value.get<uint64_t>() >= static_cast<uint64_t>(kMaxVocabSize)) {
+        throw MakeError(origin, ": ", where, ": id ", BoundedDump(value, 40), " is outside [0, ", kMaxVocabSize,
+                        ") (the largest supported vocabulary)");
+      }
+      return static_cast<int32_t>(value.get<int64_t>());
+    };
     std::unordered_map<std::string, int32_t> vocab;
-    for (const auto& [token, id_json] : Field(model, "vocab", "model", origin).items()) {
-      const int64_t id = id_json.get<int64_t>();
-      if (id < 0 || id > INT32_MAX - 1)
-        throw MakeError(origin, ": model.vocab[\"", token, "\"]: id ", id, " out of range");
-      vocab.emplace(token, static_cast<int32_t>(id));
-      impl->SetToken(static_cast<int32_t>(id), token, IdKind::kVocab);
+    int64_t max_id = -1;
+    const Json& vocab_json = Field(model, "vocab", "model", origin);
+    if (!vocab_json.is_object()) throw MakeError(origin, ": model.vocab: expected an object of token -> id");
+    for (const auto& [token, id_json] : vocab_json.items()) {
+      const int32_t id = read_id(id_json, "model.vocab[\"" + Printable(token, 60) + "\"]");
+      vocab.emplace(token, id);
+      max_id = std::max<int64_t>(max_id, id);
     }
-    impl->id_by_token = vocab;
 
     std::vector<AddedToken> added_tokens;
     const auto added_it = root.find("added_tokens");
     for (const Json& entry : added_it == root.end() ? Json::array() : *added_it) {
       const std::string where = "added_tokens entry";
-      AddedToken token{Field(entry, "id", where, origin).get<int32_t>(),
+      AddedToken token{read_id(Field(entry, "id", where, origin), where),
                        Field(entry, "content", where, origin).get<std::string>(),
                        OptionalBool(entry, "special", false),
                        OptionalBool(entry, "single_word", false),
                        OptionalBool(entry, "lstrip", false),
                        OptionalBool(entry, "rstrip", false),
                        OptionalBool(entry, "normalized", !OptionalBool(entry, "special", false))};
-      if (token.id < 0) throw MakeError(origin, ": added token \"", token.content, "\": negative id ", token.id);
+      max_id = std::max<int64_t>(max_id, token.id);
+      added_tokens.push_back(std::move(token));
+    }
+    const int64_t tokens = static_cast<int64_t>(vocab.size() + added_tokens.size());
+    if (max_id + 1 > 2 * tokens + kIdSlack) {
+      throw MakeError(origin, ": ids reach ", max_id, " but only ", tokens,
+                      " tokens are defined; the id space may be at most twice the number of tokens plus ", kIdSlack);
+    }
+    impl->token_by_id.resize(static_cast<size_t>(max_id + 1));
+    impl->kind_by_id.resize(static_cast<size_t>(max_id + 1), IdKind::kNone);
+    for (const auto& [token, id_json] : vocab_json.items()) impl->SetToken(vocab.at(token), token, IdKind::kVocab);
+    impl->id_by_token = vocab;
+    for (const AddedToken& token : added_tokens) {
       impl->SetToken(token.id, token.content, token.special ? IdKind::kSpecial : IdKind::kAdded);
       impl->id_by_token[token.content] = token.id;
-      added_tokens.push_back(std::move(token));
     }
     impl->bpe = std::make_unique<BpeModel>(vocab, ReadMerges(model, origin),
                                            OptionalBool(model, "ignore_merges", false), impl->alphabet, origin);
     impl->splitter = std::make_unique<RegexSplitSequence>(ReadPreTokenizer(root, origin), origin);
     impl->added_tokens = std::make_unique<AddedTokenMatcher>(added_tokens);
   } catch (const Json::exception& error) {
-    throw MakeError(origin, ": unexpected tokenizer.json structure: ", error.what());
+    throw MakeError(origin, ": unexpected tokenizer.json structure: ", Printable(error.what(), 300));
   }
   return Tokenizer(std::move(impl));
 }

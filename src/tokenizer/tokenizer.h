@@ -20,11 +20,15 @@
 #include <string_view>
 #include <vector>
 
+#include "core/regular_file.h"
+
 namespace deepinfer {
 
 class Tokenizer {
  public:
+  // Reads a regular file of at most 16 MiB (core/regular_file.h).
   static Tokenizer FromFile(const std::string& path);
+  static Tokenizer FromFile(const FileHandle& file);
   // `origin` names the source in error messages (usually the file path).
   static Tokenizer FromJsonText(std::string_view json, const std::string& origin);
 

@@ -1,5 +1,6 @@
 #include "chat/chat_encoding.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include "chat/py_json.h"
 #include "core/error.h"
+#include "error_of.h"
 #include "fixture_files.h"
 
 namespace deepinfer {
@@ -116,12 +118,51 @@ TEST(ChatRequestFile, ReportsMissingAndInvalidFiles) {
     LoadChatRequestFile(bad.string());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("invalid JSON"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos);
   }
   const auto good = dir / "good.json";
   std::ofstream(good) << R"([{"role": "user", "content": "hi"}])";
   EXPECT_EQ(LoadChatRequestFile(good.string()).messages.size(), 1u);
   std::filesystem::remove_all(dir);
+}
+
+TEST(ChatRequestJson, HostileNestingAndNumbersAreErrors) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  const std::string texts[] = {
+      R"([{"role": "user", "content": )" + deep + "}]",
+      R"([{"role": "user", "content": [{"type": "text", "text": )" + deep + "}]}]",
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": )" +
+          deep + "}}]}",
+  };
+  for (const std::string& text : texts) {
+    EXPECT_THAT(ErrorOf([&] { ParseChatRequestText(text, "m.json"); }),
+                ::testing::StartsWith("m.json: JSON nested deeper than 128 levels"));
+  }
+  EXPECT_THAT(ErrorOf([] { ParseChatRequestText(R"([{"role": "user", "content": 1e400}])", "m.json"); }),
+              ::testing::StartsWith("m.json: not valid JSON: number overflow parsing '1e400'"));
+  // Nesting within the limit renders (Python's spelling, no recursion trouble).
+  const std::string nested = std::string(100, '[') + std::string(100, ']');
+  const ChatRequest request = ParseChatRequestText(
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f",
+          "parameters": )" +
+          nested + "}}]}",
+      "m.json");
+  EXPECT_NE(RenderChatPrompt(request.messages, request.options).find(nested), std::string::npos);
+  // Values built in memory: the json overload and PyJsonDumps refuse what they cannot bound.
+  nlohmann::json built = 1;
+  for (int i = 0; i < 100'000; ++i) built = nlohmann::json::array({std::move(built)});
+  EXPECT_THAT(ErrorOf([&] { ParseChatRequestJson(built); }), ::testing::HasSubstr("nested deeper than 128 levels"));
+  nlohmann::ordered_json ordered = 1;
+  for (int i = 0; i < 100'000; ++i) ordered = nlohmann::ordered_json::array({std::move(ordered)});
+  EXPECT_THAT(ErrorOf([&] { PyJsonDumps(ordered); }), ::testing::HasSubstr("nested deeper than 256 levels"));
+}
+
+TEST(ChatRequestFile, RejectsFilesThatAreNotRegular) {
+  EXPECT_THAT(ErrorOf([] { LoadChatRequestFile("/dev/zero"); }),
+              ::testing::StartsWith("messages file /dev/zero: not a regular file (a character device)"));
+  EXPECT_THAT(ErrorOf([] { LoadChatRequestFile("/"); }),
+              ::testing::StartsWith("messages file /: not a regular file (a directory)"));
 }
 
 TEST(PyJson, FloatReprMatchesPython) {

@@ -1,12 +1,21 @@
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
+
+#include "core/error.h"
 
 namespace deepinfer {
 namespace {
@@ -51,6 +60,50 @@ TEST(ThreadPool, ExceptionsReachTheCaller) {
   std::atomic<int> count{0};
   pool.ParallelFor(10, [&](size_t begin, size_t end) { count += static_cast<int>(end - begin); });
   EXPECT_EQ(count.load(), 10);
+}
+
+TEST(ThreadPool, RefusesMoreThanFourThreadsPerHardwareThread) {
+  EXPECT_EQ(ThreadPool::MaxThreads(), ThreadPool::kMaxThreadsPerHardwareThread *
+                                          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  try {
+    ThreadPool pool(ThreadPool::MaxThreads() + 1);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 4 per hardware thread"), std::string::npos) << e.what();
+  }
+  ThreadPool pool(ThreadPool::MaxThreads());
+  EXPECT_EQ(pool.size(), ThreadPool::MaxThreads());
+}
+
+// In a fresh process (a death test run "threadsafe": re-executed), so that no stack cached from
+// an earlier pool can satisfy the new threads.
+void StartAPoolUnderAnAddressSpaceLimit() {
+  // Thread stacks (8 MB each) need address space: allow 32 MB more than is in use now, so that a
+  // pool of 8 threads fails to start its 4th or 5th. The started ones must be stopped and joined.
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  rlimit limit{};
+  ::getrlimit(RLIMIT_AS, &limit);
+  limit.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (32u << 20);
+  ::setrlimit(RLIMIT_AS, &limit);
+  try {
+    ThreadPool pool(8);
+    std::fputs("started", stderr);
+  } catch (const Error& e) {
+    std::fputs(e.what(), stderr);
+  }
+  std::_Exit(0);
+}
+
+TEST(ThreadPool, AThreadThatCannotStartIsAnErrorNotAHang) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's shadow memory does not fit under an address-space limit";
+#else
+  if (ThreadPool::MaxThreads() < 8) GTEST_SKIP() << "fewer than 8 threads allowed here";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(StartAPoolUnderAnAddressSpaceLimit(), ::testing::ExitedWithCode(0),
+              "thread pool: cannot start 7 worker threads \\(started [0-9]+\\): ");
+#endif
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -309,7 +310,7 @@ TEST(ModelConfigTest, LoadErrorsNameTheFile) {
     LoadModelConfig(dir.path().string());
     FAIL() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), AllOf(StartsWith((dir.path() / "config.json").string() + ": invalid JSON")));
+    EXPECT_THAT(e.what(), AllOf(StartsWith((dir.path() / "config.json").string() + ": not valid JSON")));
   }
 }
 
@@ -478,7 +479,8 @@ TEST(ModelConfigTest, TypeErrorsOfEveryKind) {
       {"scoring_func", 1, "text_config.scoring_func: expected a string, got number"},
       {"kv_source_layer_ids", "2,8", "text_config.kv_source_layer_ids: expected an array of integers, got string"},
       {"rope_scaling", 16, "text_config.rope_scaling: expected an object, got number"},
-      {"num_hidden_layers", 5000000000LL, "text_config.num_hidden_layers: 5000000000 does not fit a 32-bit integer"},
+      {"num_hidden_layers", 5000000000LL,
+       "text_config.num_hidden_layers: 5000000000 exceeds the supported maximum of 1024"},
   };
   for (const Case& c : cases) {
     Json json = HfJson();
@@ -524,7 +526,7 @@ TEST(ModelConfigTest, FeatureShapesAreRequiredWhenTheFeatureIsOn) {
 
 TEST(ModelConfigTest, MalformedDocuments) {
   EXPECT_THAT([] { ParseModelConfig("{\"dim\": ", "config.json"); },
-              ::testing::ThrowsMessage<Error>(StartsWith("config.json: invalid JSON")));
+              ::testing::ThrowsMessage<Error>(StartsWith("config.json: not valid JSON")));
   EXPECT_THAT([] { ParseModelConfig("[1, 2]", "config.json"); },
               ::testing::ThrowsMessage<Error>(HasSubstr("expected a JSON object at the top level, got array")));
   Json json = HfJson();
@@ -635,9 +637,7 @@ TEST(ModelConfigTest, CompressRatiosLengthAndSign) {
 
   Json negative = HfJson();
   negative["text_config"]["compress_ratios"][41] = -1;
-  EXPECT_EQ(ParseError(negative),
-            "config.json: text_config.compress_ratios[41]: expected 0 or a positive integer, "
-            "got -1");
+  EXPECT_EQ(ParseError(negative), "config.json: text_config.compress_ratios[41]: must not be negative, got -1");
 }
 
 TEST(ModelConfigTest, ShapeChecks) {
@@ -717,6 +717,113 @@ TEST(ModelConfigTest, FlatFormMessagesUseReferenceKeyNames) {
   EXPECT_EQ(ParseError(json),
             "config.json: 2 problems: (1) window_size: must be positive, got 0; (2) n_activated_experts (400) exceeds "
             "n_routed_experts (384)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile values: bounded before any arithmetic, one clear problem each, never a hang.
+
+TEST(ModelConfigTest, ImplausibleValuesAreRejectedByTheBoundsTable) {
+  struct Case {
+    const char* key;
+    Json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"hc_mult", 2147483647, "text_config.hc_mult: 2147483647 exceeds the supported maximum of 16"},
+      {"hidden_size", int64_t{1} << 62,
+       "text_config.hidden_size: 4611686018427387904 exceeds the supported maximum of 65536"},
+      {"engram_max_ngram_size", 2147483647,
+       "text_config.engram_max_ngram_size: 2147483647 exceeds the supported maximum of 16"},
+      {"engram_vocab_size", int64_t{1} << 62,
+       "text_config.engram_vocab_size: 4611686018427387904 exceeds the supported maximum of 4294967296"},
+      {"n_routed_experts", 1000000, "text_config.n_routed_experts: 1000000 exceeds the supported maximum of 4096"},
+      {"n_routed_experts", 2000000000,
+       "text_config.n_routed_experts: 2000000000 exceeds the supported maximum of 4096"},
+      {"hc_sinkhorn_iters", 1000000000,
+       "text_config.hc_sinkhorn_iters: 1000000000 exceeds the supported maximum of 1000"},
+      {"sliding_window", 2147483647, "text_config.sliding_window: 2147483647 exceeds the supported maximum of 1048576"},
+      {"vocab_size", 2147483646, "text_config.vocab_size: 2147483646 exceeds the supported maximum of 16777216"},
+      {"rms_norm_eps", 2.0, "text_config.rms_norm_eps: 2 exceeds the supported maximum of 1"},
+      {"rms_norm_eps", 0.0, "text_config.rms_norm_eps: must be positive, got 0"},
+      {"max_position_embeddings", -1, "text_config.max_position_embeddings: must not be negative, got -1"},
+  };
+  for (const Case& c : cases) {
+    Json json = HfJson();
+    json["text_config"][c.key] = c.value;
+    EXPECT_EQ(ParseError(json), std::string("config.json: ") + c.expected) << c.key;
+  }
+}
+
+TEST(ModelConfigTest, HugeListsAreOneProblemNotMillions) {
+  Json json = HfJson();
+  json["text_config"]["compress_ratios"] = std::vector<int>(100'000, 1);
+  EXPECT_EQ(ParseError(json),
+            "config.json: text_config.compress_ratios: has 100000 entries, at most 1040 are supported");
+  // 10 million entries (20 MB) are over the config size limit before anything is parsed.
+  std::string list = "[";
+  for (int i = 0; i < 10'000'000; ++i) list += "0,";
+  list.back() = ']';
+  std::string text = HfJson().dump();
+  text.insert(text.size() - 1, ", \"x\": " + list);
+  EXPECT_THAT([&] { ParseModelConfig(text, "config.json"); },
+              ::testing::ThrowsMessage<Error>(
+                  AllOf(StartsWith("config.json: "), HasSubstr(" bytes exceed the 1048576-byte limit for this file"))));
+}
+
+TEST(ModelConfigTest, DeepNestingAndHugeNumbersAreErrors) {
+  Json without_eos = HfJson();
+  without_eos.erase("eos_token_id");
+  std::string deep = without_eos.dump();
+  deep.insert(deep.size() - 1, ", \"eos_token_id\": " + std::string(200'000, '[') + std::string(200'000, ']'));
+  // 400 kB: within the size limit; the depth check stops it before anything recurses.
+  EXPECT_THAT([&] { ParseModelConfig(deep, "config.json"); },
+              ::testing::ThrowsMessage<Error>(
+                  StartsWith("config.json: JSON nested deeper than 68 levels (at /eos_token_id/0/0")));
+  std::string huge = HfJson().dump();
+  huge.insert(huge.size() - 1, ", \"unused\": 1e400");
+  EXPECT_THAT(
+      [&] { ParseModelConfig(huge, "config.json"); },
+      ::testing::ThrowsMessage<Error>(StartsWith("config.json: not valid JSON: number overflow parsing '1e400'")));
+}
+
+TEST(ModelConfigTest, LongProblemListsAreTruncated) {
+  Json json = HfJson();
+  json["text_config"]["kv_source_layer_ids"] = std::vector<int>(500, 99);
+  const std::string message = ParseError(json);
+  EXPECT_THAT(message, HasSubstr("(20) text_config.kv_source_layer_ids: layer 99 is out of range"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("(21)")));
+  EXPECT_THAT(message, ::testing::MatchesRegex(".*; \\.\\.\\. and [0-9]+ more$"));
+  EXPECT_LT(message.size(), 4000u);
+}
+
+TEST(ModelConfigTest, ConfigFilesThatAreNotRegularFilesAreNamed) {
+  {
+    ScratchDir dir("fifo");
+    ASSERT_EQ(::mkfifo((dir.path() / "config.json").c_str(), 0600), 0);
+    EXPECT_THAT([&] { LoadModelConfig(dir.path().string()); },
+                ::testing::ThrowsMessage<Error>(
+                    StartsWith((dir.path() / "config.json").string() + ": not a regular file (a FIFO)")));
+  }
+  {
+    ScratchDir dir("directory");
+    std::filesystem::create_directories(dir.path() / "config.json");
+    EXPECT_THAT([&] { LoadModelConfig(dir.path().string()); },
+                ::testing::ThrowsMessage<Error>(
+                    StartsWith((dir.path() / "config.json").string() + ": not a regular file (a directory)")));
+  }
+  {
+    ScratchDir dir("loop");
+    std::filesystem::create_symlink("config.json", dir.path() / "config.json");
+    EXPECT_THAT(
+        [&] { LoadModelConfig(dir.path().string()); },
+        ::testing::ThrowsMessage<Error>(StartsWith((dir.path() / "config.json").string() + ": a symlink loop")));
+  }
+  {
+    ScratchDir dir("outside");
+    std::filesystem::create_symlink("/etc/passwd", dir.path() / "config.json");
+    EXPECT_THAT([&] { LoadModelConfig(dir.path().string()); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("outside the model directory")));
+  }
 }
 
 }  // namespace

@@ -57,17 +57,15 @@ inline void WriteBytes(const fs::path& path, const std::string& bytes) {
 }
 
 // Copies the test model `name` (tests/data/models/<name>) into `dst`, leaving out golden/.
-// Symlinks (tokenizer.json) are recreated pointing at their resolved absolute target, so the
-// copy works from any directory without duplicating megabytes of tokenizer.
+// Every file is copied (the engine reads nothing outside a model directory, so a symlink to the
+// source tree would not load).
 inline void CopyModelDir(const fs::path& src, const fs::path& dst) {
   fs::create_directories(dst);
   for (const fs::directory_entry& entry : fs::directory_iterator(src)) {
     const fs::path name = entry.path().filename();
     if (name == "golden") continue;
     const fs::path target = dst / name;
-    if (entry.is_symlink()) {
-      fs::create_symlink(fs::canonical(entry.path()), target);
-    } else if (entry.is_directory()) {
+    if (entry.is_directory()) {
       CopyModelDir(entry.path(), target);
     } else {
       fs::copy_file(entry.path(), target);

@@ -2,8 +2,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <string>
 
 #include "core/error.h"
+#include "error_of.h"
 #include "golden_reader.h"
 
 namespace deepinfer {
@@ -11,6 +16,7 @@ namespace {
 
 using testing::DefaultTokenizer;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 uint64_t Fnv1a64(std::string_view bytes, uint64_t hash) {
   for (const char byte : bytes) hash = (hash ^ static_cast<uint8_t>(byte)) * 0x100000001B3ULL;
@@ -120,6 +126,59 @@ TEST(TokenizerTest, RejectsMalformedFiles) {
                              "pre_tokenizer": {"type": "Metaspace"}})"),
               HasSubstr("pre_tokenizer step 0: expected a Split step or a final ByteLevel step, got \"Metaspace\""));
   EXPECT_THROW(Tokenizer::FromFile("/nonexistent/tokenizer.json"), Error);
+}
+
+// A minimal valid tokenizer.json with the given vocab and added_tokens JSON.
+std::string TinyTokenizer(const std::string& vocab, const std::string& added = "[]") {
+  return R"({"added_tokens": )" + added + R"(, "model": {"vocab": )" + vocab +
+         R"(, "merges": []}, "decoder": {"type": "ByteLevel"},
+            "pre_tokenizer": {"type": "ByteLevel", "use_regex": false}})";
+}
+
+TEST(TokenizerTest, HostileIdsAreRejectedBeforeAnythingIsSized) {
+  EXPECT_EQ(Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 0, "b": 1})"), "t.json").size(), 2u);
+  // One id of 300,000,000 used to size the id tables (10 GB).
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 0, "b": 300000000})"), "t.json"); }),
+              StartsWith("t.json: model.vocab[\"b\"]: id 300000000 is outside [0, 16777216)"));
+  EXPECT_THAT(ErrorOf([] {
+                Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 0})", R"([{"id": 2147483647, "content": "x"}])"),
+                                        "t.json");
+              }),
+              StartsWith("t.json: added_tokens entry: id 2147483647 is outside [0, 16777216)"));
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 2147483646})"), "t.json"); }),
+              HasSubstr("id 2147483646 is outside [0, 16777216)"));
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(R"({"a": -1})"), "t.json"); }),
+              HasSubstr("id -1 is outside"));
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 1.5})"), "t.json"); }),
+              HasSubstr("model.vocab[\"a\"]: id must be an integer"));
+  // Below the bound but sparse: 2 tokens cannot claim 10 million ids.
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 0, "b": 10000000})"), "t.json"); }),
+              StartsWith("t.json: ids reach 10000000 but only 2 tokens are defined"));
+}
+
+TEST(TokenizerTest, StringSplitPatternsCompile) {
+  // {"String": ...} patterns are literals (PCRE2 refuses them together with PCRE2_UCP).
+  const Tokenizer tokenizer = Tokenizer::FromJsonText(
+      R"({"model": {"vocab": {"a": 0, "b": 1, "\u0120": 2}, "merges": []}, "decoder": {"type": "ByteLevel"},
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated"},
+            {"type": "ByteLevel", "use_regex": false}]}})",
+      "t.json");
+  EXPECT_EQ(tokenizer.Encode("a b"), (std::vector<int32_t>{0, 2, 1}));
+}
+
+TEST(TokenizerTest, HostileJsonIsAnErrorNamingTheFile) {
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(std::string(100'000, '[')), "t.json"); }),
+              StartsWith("t.json: JSON nested deeper than 68 levels"));
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromJsonText(TinyTokenizer(R"({"a": 1e400})"), "t.json"); }),
+              StartsWith("t.json: not valid JSON: number overflow"));
+  EXPECT_THAT(ErrorOf([] { Tokenizer::FromFile("/dev/zero"); }),
+              StartsWith("/dev/zero: not a regular file (a character device)"));
+  const std::string fifo = ::testing::TempDir() + "tokenizer_fifo.json";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(ErrorOf([&] { Tokenizer::FromFile(fifo); }), StartsWith(fifo + ": not a regular file (a FIFO)"));
+  std::remove(fifo.c_str());
 }
 
 }  // namespace

@@ -18,8 +18,10 @@ full-sequence prefill, which never reads the stale indexer keys of the decode-ti
 Each model directory gets config.json (released HF layout: text_config + quantization_config),
 inference/config.json (the flat reference form of the same model), model safetensors (FP8
 e4m3 weights with ue8m0 32x32 scales, packed FP4 experts with per-row-per-32 ue8m0 scales, FP8
-Engram tables with per-row-per-32 scales, fp32 mHC/sink/bias), a tokenizer.json symlink to the
-project tokenizer (the Engram token map of reference and engine come from that one file), and
+Engram tables with per-row-per-32 scales, fp32 mHC/sink/bias), a tokenizer.json copy of the
+project tokenizer (the Engram token map of reference and engine come from that one file; a copy,
+not a symlink, since the engine reads nothing outside a model directory; git stores the
+identical blob once), and
 golden/: prompt + greedy continuation token ids and the reference's fp32 logits of every
 position (logits.npy, [positions, vocab]).
 """
@@ -27,7 +29,7 @@ position (logits.npy, [positions, vocab]).
 import argparse
 import json
 import math
-import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -428,11 +430,11 @@ def make_case(name, out_root, ref, kernel):
     (out_dir / "golden").mkdir(exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(hf_config(flat), indent=1) + "\n")
     (out_dir / "inference" / "config.json").write_text(json.dumps(flat, indent=1) + "\n")
-    link = out_dir / "tokenizer.json"
-    if link.is_symlink() or link.exists():
-        link.unlink()
+    copy = out_dir / "tokenizer.json"
+    if copy.is_symlink() or copy.exists():
+        copy.unlink()
     if flat["engram_layer_ids"]:
-        link.symlink_to(os.path.relpath(TOKENIZER, out_dir))
+        shutil.copyfile(TOKENIZER, copy)
 
     torch.set_default_dtype(torch.float32)
     factory = WeightFactory(spec["seed"])

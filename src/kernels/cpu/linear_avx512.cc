@@ -317,7 +317,7 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
       xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
     }
     const uint8_t* p = t.row0 + g * GroupBytes(F);
-    const uint8_t* sc = t.scales0 + g;
+    const uint8_t* sc = kQuantized<F> ? t.scales0 + g : nullptr;  // bf16/f32 rows have no scales
     for (int n = 0; n < NR; ++n) {
       if ((g * GroupBytes(F)) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
       __m512 we, wo;

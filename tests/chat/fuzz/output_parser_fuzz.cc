@@ -9,11 +9,14 @@
 #include <string>
 #include <string_view>
 
+#include "../../fuzz_check.h"
 #include "../parse_in_chunks.h"
 #include "chat/chat_tokens.h"
 #include "chat/output_parser.h"
 
 namespace {
+
+using deepinfer::FuzzCheck;
 
 using deepinfer::ChatOutputDelta;
 using deepinfer::ChatOutputParser;
@@ -21,13 +24,6 @@ using deepinfer::ParseInChunks;
 
 bool Same(const ChatOutputDelta& a, const ChatOutputDelta& b) {
   return a.reasoning_content == b.reasoning_content && a.content == b.content && a.tool_calls == b.tool_calls;
-}
-
-void Check(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "output_parser_fuzz: %s\n", what);
-    std::abort();
-  }
 }
 
 }  // namespace
@@ -40,12 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
 
   const ChatOutputDelta whole = deepinfer::ParseChatOutput(text, thinking);
-  Check(Same(ParseInChunks(text, thinking, [] { return std::size_t{1}; }), whole), "1-byte chunks differ");
+  FuzzCheck(Same(ParseInChunks(text, thinking, [] { return std::size_t{1}; }), whole), "1-byte chunks differ");
   const auto random_size = [&] {
     state = state * 1664525u + 1013904223u;
     return std::size_t{1} + (state >> 16) % 37;
   };
-  Check(Same(ParseInChunks(text, thinking, random_size), whole), "random chunks differ");
+  FuzzCheck(Same(ParseInChunks(text, thinking, random_size), whole), "random chunks differ");
 
   // With no tool block that could have parsed (those need "</｜DSML｜ calls>" or end at the marker),
   // every byte comes back except "</think>" and a final end-of-sentence token.
@@ -56,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     rebuilt += whole.content;
     std::string_view expected = text;
     if (expected.ends_with(tok::kEos)) expected.remove_suffix(tok::kEos.size());
-    Check(rebuilt == expected, "text was lost");
+    FuzzCheck(rebuilt == expected, "text was lost");
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../../fuzz_check.h"
 #include "core/error.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/tokenizer.h"
@@ -16,17 +17,12 @@
 
 namespace {
 
+using deepinfer::FuzzCheck;
+
 const deepinfer::Tokenizer& FuzzTokenizer() {
   static const deepinfer::Tokenizer tokenizer =
       deepinfer::Tokenizer::FromFile(DEEPINFER_SOURCE_DIR "/data/tokenizer/tokenizer.json");
   return tokenizer;
-}
-
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "tokenizer_fuzz: %s\n", what);
-    __builtin_trap();
-  }
 }
 
 }  // namespace
@@ -36,15 +32,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
 
   const std::vector<int32_t> ids = tokenizer.Encode(input);
-  for (const int32_t id : ids) Require(id >= 0 && static_cast<size_t>(id) < tokenizer.size(), "id out of range");
-  Require(tokenizer.Decode(ids) == deepinfer::Utf8Lossy(input), "decode(encode(x)) != x");
+  for (const int32_t id : ids) FuzzCheck(id >= 0 && static_cast<size_t>(id) < tokenizer.size(), "id out of range");
+  FuzzCheck(tokenizer.Decode(ids) == deepinfer::Utf8Lossy(input), "decode(encode(x)) != x");
 
   std::vector<int32_t> raw_ids(size / sizeof(int32_t));
   if (!raw_ids.empty()) std::memcpy(raw_ids.data(), data, raw_ids.size() * sizeof(int32_t));
-  Require(deepinfer::IsValidUtf8(tokenizer.Decode(raw_ids, size % 2 == 0)), "decode produced invalid UTF-8");
+  FuzzCheck(deepinfer::IsValidUtf8(tokenizer.Decode(raw_ids, size % 2 == 0)), "decode produced invalid UTF-8");
 
   if (deepinfer::IsValidUtf8(input)) {
-    Require(deepinfer::IsValidUtf8(deepinfer::EngramNormalize(input)), "normalizer produced invalid UTF-8");
+    FuzzCheck(deepinfer::IsValidUtf8(deepinfer::EngramNormalize(input)), "normalizer produced invalid UTF-8");
   }
   return 0;
 }
