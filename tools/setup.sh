@@ -2,7 +2,8 @@
 # Installs the Debian packages deepinfer builds and tests with (only those missing).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libutf8proc-dev libpcre2-dev clang-14 libclang-rt-14-dev clang-format time)
+          nlohmann-json3-dev libutf8proc-dev libpcre2-dev clang-14 libclang-rt-14-dev clang-format time
+          python3 python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
