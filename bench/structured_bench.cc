@@ -3,14 +3,26 @@
 // nested, a long enum, a pattern, a recursive one), filling every mask-cache entry, and the mask
 // cost per generated token (FillNextTokenMask + Accept along a fixed token sequence through a
 // document), warm (the cache filled by an earlier request) and cold (the first request after
-// compiling). Compare the per-token numbers with a batch-1 decode step (deepinfer bench).
+// compiling), and what applying the mask adds to sampling 129,280 logits (Sample with the mask
+// minus Sample without). With --decode-model DIR (a real-dims slice:
+// `deepinfer make-model --preset v41-flash-slice --layers 4 --experts 16 --out DIR`) the same run
+// times a batch-1 decode step of that model and ends with the ratio per schema:
+// (mask per token + masking in the sampler) / decode step.
 //
-//   build/bench/structured_bench --benchmark_min_time=2
+//   build/bench/structured_bench [--decode-model DIR] [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <random>
+#include <thread>
 
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "kernels/cpu/compute_context.h"
+#include "model/model.h"
 #include "structured/constraint.h"
 #include "structured/json_schema.h"
 #include "tokenizer/tokenizer.h"
@@ -152,7 +164,92 @@ void MaskPath(benchmark::State& state, const std::string& name, bool warm) {
 void BM_MaskWarm(benchmark::State& state, const std::string& name) { MaskPath(state, name, true); }
 void BM_MaskCold(benchmark::State& state, const std::string& name) { MaskPath(state, name, false); }
 
-const bool kRegistered = [] {
+// Sampling at temperature 1 from fixed random logits, with the mask of a document's first
+// string position (most tokens allowed: the costliest case for the mask loop) or without.
+void BM_Sample(benchmark::State& state, bool masked) {
+  const TokenVocabulary& v = *Vocabulary();
+  std::vector<float> logits(v.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& x : logits) x = normal(rng);
+  std::vector<uint64_t> mask(v.words(), ~uint64_t{0});
+  if (masked) {
+    auto constraint = std::make_shared<Constraint>(
+        CompileJsonSchema(nlohmann::ordered_json::parse(R"({"type": "string"})")), Vocabulary());
+    ConstraintMatcher m(constraint, {1});
+    int32_t quote = 0;
+    while (static_cast<size_t>(quote) < v.size() && v.bytes(quote) != "\"") ++quote;
+    m.Accept(quote);  // inside the string
+    m.FillNextTokenMask(mask);
+  }
+  SamplingParams params;
+  params.temperature = 1.0f;
+  Rng sampler(5);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(Sample(logits, params, TokenHistory{}, sampler, masked ? TokenMask(mask) : TokenMask()));
+  }
+}
+
+// One batch-1 decode step of `model` (8-token prompt, 3 untimed steps, then one greedy token per
+// iteration).
+void BM_DecodeStep(benchmark::State& state, const Model& model) {
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const ComputeContext ctx{pool, ChooseIsa(std::nullopt)};
+  const int64_t vocab = model.config().vocab_size;
+  SequenceState sequence = model.NewSequence();
+  std::vector<int32_t> tokens = {0, 17, 42, 99, 7, 1000 % static_cast<int32_t>(vocab), 5, 6};
+  ForwardItem item{&sequence, tokens, false};
+  std::vector<float> logits = model.Forward(std::span<const ForwardItem>(&item, 1), ctx);
+  int32_t next = 0;
+  auto step = [&] {
+    next = static_cast<int32_t>(std::max_element(logits.end() - vocab, logits.end()) - (logits.end() - vocab));
+    item = ForwardItem{&sequence, std::span<const int32_t>(&next, 1), false};
+    logits = model.Forward(std::span<const ForwardItem>(&item, 1), ctx);
+  };
+  for (int warmup = 0; warmup < 3; ++warmup) step();  // pages the weights in
+  for (auto _ : state) step();
+}
+
+// Prints the console table and keeps the times the summary needs (seconds per iteration).
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.iterations == 0) continue;
+      double seconds = run.real_accumulated_time / static_cast<double>(run.iterations);
+      if (const auto it = run.counters.find("tokens"); it != run.counters.end()) seconds /= it->second.value;
+      seconds_[run.benchmark_name()] = seconds;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  double Seconds(const std::string& name) const {
+    const auto it = seconds_.find(name);
+    return it == seconds_.end() ? 0.0 : it->second;
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+};
+
+}  // namespace
+}  // namespace deepinfer
+
+int main(int argc, char** argv) {
+  using namespace deepinfer;
+  // --decode-model DIR is ours; everything else goes to Google Benchmark.
+  std::string decode_model;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--decode-model") == 0 && i + 1 < argc) {
+      decode_model = argv[++i];
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+
   for (const auto& [name, schema] : Schemas()) {
     benchmark::RegisterBenchmark(("BM_Compile/" + name).c_str(), BM_Compile, name)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("BM_CompileAndFillCache/" + name).c_str(), BM_CompileAndFillCache, name)
@@ -160,10 +257,31 @@ const bool kRegistered = [] {
     benchmark::RegisterBenchmark(("BM_MaskWarm/" + name).c_str(), BM_MaskWarm, name)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("BM_MaskCold/" + name).c_str(), BM_MaskCold, name)->Unit(benchmark::kMillisecond);
   }
-  return true;
-}();
+  benchmark::RegisterBenchmark("BM_Sample/unmasked", BM_Sample, false)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_Sample/masked", BM_Sample, true)->Unit(benchmark::kMicrosecond);
+  std::unique_ptr<Model> model;
+  if (!decode_model.empty()) {
+    model = Model::Load(decode_model);
+    benchmark::RegisterBenchmark("BM_DecodeStep/batch1", BM_DecodeStep, std::cref(*model))
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
 
-}  // namespace
-}  // namespace deepinfer
-
-BENCHMARK_MAIN();
+  const double masking = std::max(0.0, reporter.Seconds("BM_Sample/masked") - reporter.Seconds("BM_Sample/unmasked"));
+  const double step = reporter.Seconds("BM_DecodeStep/batch1/real_time");
+  std::printf("\nper generated token: mask + advance (warm / cold), + %.1f us applying the mask in the sampler\n",
+              masking * 1e6);
+  if (step > 0) std::printf("batch-1 decode step of %s: %.1f ms\n", decode_model.c_str(), step * 1e3);
+  for (const auto& [name, schema] : Schemas()) {
+    const double warm = reporter.Seconds("BM_MaskWarm/" + name), cold = reporter.Seconds("BM_MaskCold/" + name);
+    if (warm == 0 && cold == 0) continue;
+    std::printf("  %-12s compile %8.2f ms   mask %7.1f / %7.1f us", name.c_str(),
+                reporter.Seconds("BM_Compile/" + name) * 1e3, warm * 1e6, cold * 1e6);
+    if (step > 0) std::printf("   ratio %.3f%% / %.3f%%", 100 * (warm + masking) / step, 100 * (cold + masking) / step);
+    std::printf("\n");
+  }
+  benchmark::Shutdown();
+  return 0;
+}
