@@ -2,8 +2,10 @@
 
 #include <vector>
 
+#include "chat/chat_encoding.h"
 #include "chat/chat_tokens.h"
 #include "chat/tool_call_grammar.h"
+#include "core/bounded_json.h"
 #include "structured/json_schema.h"
 #include "structured/regex.h"
 
@@ -36,11 +38,11 @@ std::shared_ptr<const Grammar> Guard(const std::string& field, const std::string
 
 Json SchemaValue(const Json& value, const std::string& field, const std::string& where) {
   if (value.is_object() || value.is_boolean()) return value;
-  if (value.is_string()) {  // vLLM accepts the schema as JSON text too
+  if (value.is_string()) {  // vLLM accepts the schema as JSON text too, parsed like the request
     try {
-      return Json::parse(value.get<std::string>());
-    } catch (const Json::exception& e) {
-      Fail(field, where + ": not valid JSON: " + e.what());
+      return ParseOrderedJsonBounded(value.get<std::string>(), where, kChatJsonLimits);
+    } catch (const Error& e) {
+      Fail(field, e.what());
     }
   }
   Fail(field, where + ": expected a JSON Schema object, got " + value.type_name());

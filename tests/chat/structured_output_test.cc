@@ -249,5 +249,17 @@ TEST(StructuredOutputTest, ErrorsNameTheField) {
               HasSubstr("guided_grammar | guided_grammar: not supported"));
 }
 
+// A schema given as JSON text (vLLM's guided_json) is parsed within the chat-request limits.
+TEST(StructuredOutputTest, SchemaTextIsParsedWithinTheRequestLimits) {
+  EXPECT_THAT(FrontDoorError(R"({"guided_json": "{\"type\": "})"), HasSubstr("guided_json | guided_json: "));
+  EXPECT_THAT(FrontDoorError(R"({"guided_json": "{\"type\": "})"), HasSubstr("not valid JSON"));
+  std::string deep;
+  for (int i = 0; i < 200; ++i) deep += "[";
+  EXPECT_THAT(FrontDoorError(nlohmann::ordered_json{{"guided_json", deep}}.dump()),
+              HasSubstr("JSON nested deeper than 128 levels"));
+  EXPECT_NO_THROW(
+      CompileStructuredOutput(Json::parse(R"({"guided_json": "{\"type\": \"integer\"}"})"), SmallVocabulary()));
+}
+
 }  // namespace
 }  // namespace deepinfer
