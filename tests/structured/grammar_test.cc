@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "structured/all_strings.h"
 #include "structured/matcher.h"
 #include "structured/pcre_reference.h"
 
@@ -15,18 +16,6 @@ namespace deepinfer {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<std::string> AllStrings(const std::string& alphabet, size_t max_length) {
-  std::vector<std::string> out = {""};
-  for (size_t begin = 0, length = 0; length < max_length; ++length) {
-    const size_t end = out.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (char c : alphabet) out.push_back(out[i] + c);
-    }
-    begin = end;
-  }
-  return out;
-}
 
 // A random expression as both a builder expression and a PCRE2 pattern.
 struct RandomExpr {

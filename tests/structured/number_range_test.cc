@@ -12,6 +12,8 @@
 #include <regex>
 #include <set>
 
+#include "structured/all_strings.h"
+
 namespace deepinfer {
 namespace {
 
@@ -131,19 +133,6 @@ const std::vector<TestRange>& Ranges() {
       {true, "1", true, "1000", false},
   };
   return ranges;
-}
-
-// Every string over `alphabet` of length <= max_length.
-std::vector<std::string> AllStrings(const std::string& alphabet, size_t max_length) {
-  std::vector<std::string> out = {""};
-  for (size_t begin = 0, length = 0; length < max_length; ++length) {
-    const size_t end = out.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (char c : alphabet) out.push_back(out[i] + c);
-    }
-    begin = end;
-  }
-  return out;
 }
 
 // A completion of `prefix` the oracle accepts, breadth-first over all number bytes, following
