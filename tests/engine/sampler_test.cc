@@ -499,7 +499,6 @@ TEST(SamplerTest, RealVocabularySizeWithAllControls) {
   EXPECT_NEAR(std::accumulate(probs.begin(), probs.end(), 0.0), 1.0, 1e-12);
 }
 
-
 // Step 0: a constraint's mask forbids tokens before everything else, for good.
 TEST(SamplerTest, ConstraintMaskForbidsTokensWhateverTheOtherControls) {
   const std::vector<float> logits = RandomLogits(200, 3);
