@@ -22,7 +22,13 @@ struct Value {
   bool boolean = false;
   std::string text;  // kNumber: the spelling; kString: the decoded UTF-8
   std::vector<Value> items;
-  std::vector<std::pair<std::string, Value>> members;
+  // Not std::pair: a pair of an incomplete type is undefined, and clang's libstdc++ build rejects it.
+  struct Member;
+  std::vector<Member> members;
+};
+struct Value::Member {
+  std::string key;
+  Value value;
 };
 
 class Parser {
@@ -171,7 +177,7 @@ class Parser {
         if (!ParseString(key) || !SkipWs() || !Eat(':') || !SkipWs() || !ParseValue(member, depth + 1) || !SkipWs()) {
           return false;
         }
-        v.members.emplace_back(std::move(key), std::move(member));
+        v.members.push_back({std::move(key), std::move(member)});
         if (Eat('}')) return true;
         if (!Eat(',') || !SkipWs()) return false;
       }
@@ -475,7 +481,7 @@ class Validator {
         if (!j.is_object() || j.size() != v.members.size()) return false;
         size_t i = 0;
         for (const auto& [key, value] : j.items()) {
-          if (v.members[i].first != key || !Equal(v.members[i].second, value)) return false;
+          if (v.members[i].key != key || !Equal(v.members[i].value, value)) return false;
           ++i;
         }
         return true;

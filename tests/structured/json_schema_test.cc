@@ -139,15 +139,15 @@ void Respell(const reference::Value& v, std::mt19937& rng, std::string& out) {
       out += ws() + "]";
       return;
     case reference::Value::kObject: {
-      std::vector<std::pair<std::string, reference::Value>> members = v.members;
+      std::vector<reference::Value::Member> members = v.members;
       if (members.size() > 1 && rng() % 8 == 0) std::swap(members[0], members[1 + rng() % (members.size() - 1)]);
       out += '{';
       out += ws();
       for (size_t i = 0; i < members.size(); ++i) {
         if (i > 0) out += ws() + "," + ws();
-        string(members[i].first);
+        string(members[i].key);
         out += ws() + ":" + ws();
-        Respell(members[i].second, rng, out);
+        Respell(members[i].value, rng, out);
       }
       out += ws() + "}";
       return;
