@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/engine_loop.h"
+#include "structured/token_vocabulary.h"
 
 namespace deepinfer {
 
@@ -65,6 +67,8 @@ struct ModelInfo {
   // tokens, so oversized text is refused before it is tokenized.
   size_t max_token_bytes = 1;
   int64_t created = 0;  // unix time the server started (GET /v1/models)
+  // The tokenizer's token bytes for structured output, indexed once at start (not per request).
+  std::shared_ptr<const TokenVocabulary> vocabulary;
 };
 
 ModelInfo DescribeModel(std::string name, const Tokenizer& tokenizer, int64_t vocab_size, int64_t max_model_len);

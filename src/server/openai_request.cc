@@ -5,6 +5,7 @@
 #include <random>
 
 #include "chat/chat_encoding.h"
+#include "chat/structured_output.h"
 #include "server/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
@@ -211,11 +212,22 @@ void ParseCommon(const Fields& f, const ModelInfo& model, GenerationRequest& r) 
   if (const auto best_of = f.Integer("best_of", 1, kMaxChoices); best_of && *best_of > 1) {
     Refuse("best_of", "not supported by this server (use n)");
   }
-  if (const Json* format = f.Object("response_format")) {
-    const auto type = Fields(*format, "response_format.").String("type");
-    if (type && *type != "text") Refuse("response_format", "structured output (\"" + *type + "\") is not supported");
-  }
   (void)f.String("user");
+}
+
+// Structured output (response_format, vLLM's structured_outputs / guided_*, a forced tool call):
+// compiled here, on the HTTP thread, so that the engine thread only applies the masks.
+void Constrain(const Json& body, const ModelInfo& model, bool thinking, GenerationRequest& r) {
+  try {
+    r.params.constraint = CompileStructuredOutput(body, model.vocabulary, thinking);
+  } catch (const StructuredOutputError& e) {
+    throw InvalidRequest(e.field(), e.what());
+  }
+  if (r.params.constraint && r.params.stop.ignore_eos) {
+    throw InvalidRequest("ignore_eos",
+                         "ignore_eos: cannot be combined with structured output (the output ends with the "
+                         "end-of-sentence token once the document is complete)");
+  }
 }
 
 // Applies the context limit and the default max_tokens, once the prompt lengths are known.
@@ -354,6 +366,7 @@ ModelInfo DescribeModel(std::string name, const Tokenizer& tokenizer, int64_t vo
     info.max_token_bytes = std::max(info.max_token_bytes, tokenizer.TokenBytes(static_cast<int32_t>(id)).size());
   }
   info.created = static_cast<int64_t>(std::time(nullptr));
+  info.vocabulary = TokenVocabulary::FromTokenizer(tokenizer);
   return info;
 }
 
@@ -401,20 +414,19 @@ GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& 
     ValidateTools(*tools);
     chat.options.tools = *tools;
   }
-  const std::string tool_choice = [&]() -> std::string {
-    const Json* v = f.Get("tool_choice");
-    if (!v) return "auto";
-    if (!v->is_string()) Refuse("tool_choice", "only \"auto\" and \"none\" are supported");
-    return v->get<std::string>();
-  }();
-  if (tool_choice == "none") {
+  // tool_choice "required" or a named function is a constraint (Constrain, below), which also
+  // checks its shape; "none" hides the tools.
+  const Json* tool_choice = f.Get("tool_choice");
+  const auto is = [&](const char* mode) { return tool_choice && tool_choice->is_string() && *tool_choice == mode; };
+  if (is("none")) {
     chat.options.tools = Json();  // the model is not told about them, and output is not parsed for calls
     r.tool_calls = false;
-  } else if (tool_choice != "auto") {
-    Refuse("tool_choice", "only \"auto\" and \"none\" are supported, got \"" + tool_choice.substr(0, 32) + "\"");
   }
-  if (const auto parallel = f.Bool("parallel_tool_calls"); parallel && !*parallel) {
-    Refuse("parallel_tool_calls", "false is not supported (the model may call several tools at once)");
+  const bool forced = tool_choice && !tool_choice->is_null() && !is("none") && !is("auto");
+  if (const auto parallel = f.Bool("parallel_tool_calls"); parallel && !*parallel && !forced) {
+    Refuse("parallel_tool_calls",
+           "false is supported with a forced tool call (tool_choice \"required\" or a named function) only; "
+           "with \"auto\" the model may call several tools at once");
   }
   if (f.Get("functions") || f.Get("function_call")) {
     Refuse(f.Get("functions") ? "functions" : "function_call", "deprecated; use tools and tool_choice");
@@ -458,6 +470,7 @@ GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& 
     length_field = "max_completion_tokens";
   }
   ApplyLengthLimits(model, r, length_field, max_tokens, std::numeric_limits<int64_t>::max(), "messages");
+  Constrain(body, model, r.thinking, r);
   return r;
 }
 
@@ -514,6 +527,14 @@ GenerationRequest ParseCompletionRequest(const Json& body, const ModelInfo& mode
   // OpenAI's default for completions is 16 tokens.
   ApplyLengthLimits(model, r, "max_tokens", f.Integer("max_tokens", 1, std::numeric_limits<int64_t>::max()), 16,
                     "prompt");
+  // Tools belong to chat; here, as other unknown fields, they are ignored.
+  if (body.contains("tool_choice")) {
+    Json without_tools = body;
+    without_tools.erase("tool_choice");
+    Constrain(without_tools, model, /*thinking=*/false, r);
+  } else {
+    Constrain(body, model, /*thinking=*/false, r);
+  }
   return r;
 }
 

@@ -172,6 +172,17 @@ def metrics(server):
     return parse_metrics(response.text)
 
 
+def wait_metric(server, key, at_least, timeout=30):
+    """The metrics once `key` reaches `at_least` (counters that a handler bumps after the engine
+    has moved on); the last reading when it does not, for the caller's assertion to show."""
+    deadline = time.time() + timeout
+    values = metrics(server)
+    while values.get(key, 0) < at_least and time.time() < deadline:
+        time.sleep(0.05)
+        values = metrics(server)
+    return values
+
+
 def wait_idle(server, timeout=60):
     """Until nothing runs or waits (aborts are processed by the engine's next step)."""
     deadline = time.time() + timeout

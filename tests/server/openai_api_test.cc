@@ -104,7 +104,20 @@ TEST(OpenAiRequest, ErrorsNameTheField) {
   EXPECT_EQ(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "model": "other"})"),
             "404 model model_not_found");
   EXPECT_EQ(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}})"),
-            "400 tool_choice unsupported_parameter");
+            "400 tool_choice invalid_value");
+  // Structured output: compiled while the request is parsed, errors naming the field.
+  EXPECT_EQ(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
+            "ok");
+  EXPECT_EQ(ErrorOf(R"({"prompt": "x", "structured_outputs": {"choice": ["a", "b"]}})", false), "ok");
+  EXPECT_EQ(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+                        "json_schema": {"name": "a", "schema": {"type": "string", "contentMediaType": "x"}}}})"),
+            "400 response_format invalid_value");
+  EXPECT_EQ(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})"),
+            "400 tool_choice invalid_value");
+  EXPECT_EQ(ErrorOf(R"({"prompt": "x", "guided_regex": "a", "ignore_eos": true})", false),
+            "400 ignore_eos invalid_value");
+  EXPECT_EQ(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": false})"),
+            "400 parallel_tool_calls unsupported_parameter");
   EXPECT_EQ(ErrorOf(R"({"prompt": [1, 2], "max_tokens": 1023})", false), "400 max_tokens context_length_exceeded");
   EXPECT_EQ(ErrorOf(R"({"prompt": [1, 200000]})", false), "400 prompt invalid_value");
   EXPECT_EQ(ErrorOf(R"({"prompt": "x", "echo": true})", false), "400 echo unsupported_parameter");

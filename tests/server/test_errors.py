@@ -9,7 +9,8 @@ import time
 import pytest
 import requests
 
-from conftest import API_KEY, HEADER_TIMEOUT_S, MAX_MODEL_LEN, MODEL_NAME, Server, metrics, sse_lines, wait_idle
+from conftest import (API_KEY, HEADER_TIMEOUT_S, MAX_MODEL_LEN, MODEL_NAME, Server, metrics, sse_lines, wait_idle,
+                      wait_metric)
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -121,9 +122,13 @@ JSON_CASES = [
      None, None),
     ("stream not a bool", CHAT, chat(stream="yes"), 400, "stream", "invalid_type", None),
     ("tools malformed", CHAT, chat(tools=[{"type": "function"}]), 400, "tools[0].function", None, None),
-    ("tool_choice required", CHAT, chat(tool_choice="required"), 400, "tool_choice", "unsupported_parameter", None),
-    ("response_format json", CHAT, chat(response_format={"type": "json_object"}), 400, "response_format",
-     "unsupported_parameter", None),
+    ("tool_choice required without tools", CHAT, chat(tool_choice="required"), 400, "tool_choice", "invalid_value",
+     None),
+    ("response_format unknown type", CHAT, chat(response_format={"type": "yaml"}), 400, "response_format",
+     "invalid_value", None),
+    ("response_format schema keyword", CHAT,
+     chat(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {"not": {}}}}), 400,
+     "response_format", "invalid_value", None),
     ("reasoning_effort unknown", CHAT, chat(reasoning_effort="extreme"), 400, "reasoning_effort", None, None),
     ("reasoning_effort 101", CHAT, chat(reasoning_effort=101), 400, "reasoning_effort", None, None),
     ("unknown model", CHAT, chat(model="gpt-9"), 404, "model", "model_not_found", "gpt-9"),
@@ -282,11 +287,12 @@ def test_stream_client_that_vanishes_is_aborted(server):
         data = b""
         while b"data: " not in data:
             data += sock.recv(65536)
-    # Gone after one chunk: the request is aborted and its pages are freed.
+    # Gone after one chunk: the request is aborted and its pages are freed. The engine goes idle
+    # first; the abort is counted when its last update reaches the connection's handler.
     health = wait_idle(server)
-    after = metrics(server)
-    assert after['deepinfer_requests_finished_total{finish_reason="abort"}'] - \
-        before['deepinfer_requests_finished_total{finish_reason="abort"}'] == 1
+    aborts = 'deepinfer_requests_finished_total{finish_reason="abort"}'
+    after = wait_metric(server, aborts, before[aborts] + 1)
+    assert after[aborts] - before[aborts] == 1
     assert after["deepinfer_http_client_disconnects_total"] - before["deepinfer_http_client_disconnects_total"] == 1
     assert after["deepinfer_generation_tokens_total"] - before["deepinfer_generation_tokens_total"] < 500
     requests.post(server.url + "/reset_prefix_cache", headers={"Authorization": "Bearer " + API_KEY}, timeout=30)
