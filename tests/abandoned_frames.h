@@ -3,7 +3,9 @@
 // that LeakSanitizer (in the sanitizer build) ignores those allocations and reports the rest.
 #pragma once
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "sanitizer_build.h"
+
+#if DEEPINFER_ASAN_BUILD
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -11,7 +13,7 @@ namespace deepinfer {
 
 class AbandonedFramesMayLeak {
  public:
-#if !defined(__SANITIZE_ADDRESS__)
+#if !DEEPINFER_ASAN_BUILD
   AbandonedFramesMayLeak() = default;
 #else
   AbandonedFramesMayLeak() { __lsan_disable(); }

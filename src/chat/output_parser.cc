@@ -36,7 +36,8 @@ void Append(ChatOutputDelta& into, ChatOutputDelta&& delta) {
 
 }  // namespace
 
-ChatOutputParser::ChatOutputParser(bool thinking) : state_(thinking ? State::kReasoning : State::kContent) {}
+ChatOutputParser::ChatOutputParser(bool thinking, bool tool_calls)
+    : state_(thinking ? State::kReasoning : State::kContent), tool_calls_(tool_calls) {}
 
 ChatOutputDelta ChatOutputParser::Feed(std::string_view chunk) {
   DI_CHECK(!finished_, "ChatOutputParser::Feed after Finish");
@@ -93,6 +94,8 @@ bool ChatOutputParser::StepText(bool at_end, ChatOutputDelta& out) {
     buffer_.erase(0, at + stop.size());
     if (reasoning) {
       state_ = State::kContent;
+    } else if (!tool_calls_) {
+      sink.append(stop);
     } else {
       state_ = State::kToolBlock;
       step_ = BlockStep::kOpen;

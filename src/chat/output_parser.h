@@ -42,7 +42,9 @@ struct ChatOutputDelta {
 class ChatOutputParser {
  public:
   // `thinking`: the prompt ended with "<think>", so the completion starts with reasoning.
-  explicit ChatOutputParser(bool thinking);
+  // `tool_calls` false: DSML is never parsed, every tool-block marker stays content (a request
+  // that offered no tools, OpenAI's tool_choice "none").
+  explicit ChatOutputParser(bool thinking, bool tool_calls = true);
 
   // Consumes the next piece of completion text; any byte split is fine (tags, UTF-8 sequences).
   // Text that might still be the start of a tag is held back until the next call.
@@ -69,6 +71,7 @@ class ChatOutputParser {
   void FinishCall();
 
   State state_;
+  bool tool_calls_;
   bool finished_ = false;
   // Unconsumed text. In kToolBlock it starts right after the block marker and is kept whole until
   // the block completes or fails, because a failed block is re-read as content.

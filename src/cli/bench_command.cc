@@ -211,7 +211,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   }
   const BenchOptions o = ParseBenchOptions(args);
   const IsaLevel isa = ChooseIsa(o.isa);
-  const std::string model_dir = o.model.empty() ? MaterializeDefaultModel() : o.model;
+  const std::string model_dir = ModelDirOrDefault(o.model);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
   const ModelConfig& config = model->config();
   if (o.prefill_tokens > model->max_context()) {

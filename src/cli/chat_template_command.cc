@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "chat/chat_encoding.h"
+#include "cli/flags.h"
 #include "core/error.h"
 
 namespace deepinfer {
@@ -14,37 +15,55 @@ namespace {
 constexpr const char* kUsage =
     "usage: deepinfer chat-template --messages FILE.json [--thinking] [--reasoning-effort N|low|high|xhigh|max]\n"
     "  Prints the DeepSeek-V4.1 prompt for the messages in FILE.json (a JSON array of OpenAI-style messages,\n"
-    "  or an object with \"messages\" and optionally \"tools\", \"thinking\", \"reasoning_effort\").\n"
-    "  --thinking            render for thinking mode (the prompt ends with <think>)\n"
-    "  --reasoning-effort E  1-100, or low (25), high (50, the default), xhigh (75), max (100);\n"
-    "                        rendered in thinking mode only\n";
+    "  or an object with \"messages\" and optionally \"tools\", \"thinking\", \"reasoning_effort\").\n";
+
+struct ChatTemplateOptions {
+  std::optional<std::string> messages_path;
+  bool thinking = false;
+  std::optional<std::string> effort_text;
+};
+
+const std::vector<Flag<ChatTemplateOptions>>& Flags() {
+  static const std::vector<Flag<ChatTemplateOptions>> flags = {
+      {"--messages", "FILE.json", "the messages (required)",
+       [](ChatTemplateOptions& o, const std::string& v) { o.messages_path = v; }},
+      {"--thinking", nullptr, "render for thinking mode (the prompt ends with <think>)",
+       [](ChatTemplateOptions& o, const std::string&) { o.thinking = true; }},
+      {"--reasoning-effort", "E",
+       "1-100, or low (25), high (50, the default), xhigh (75), max (100); rendered in thinking mode only",
+       [](ChatTemplateOptions& o, const std::string& v) { o.effort_text = v; }},
+  };
+  return flags;
+}
+
+void PrintUsage(std::ostream& out) {
+  out << kUsage;
+  PrintFlagHelp(out, Flags());
+}
 
 int UsageError(const std::string& message) {
-  std::cerr << "deepinfer chat-template: " << message << "\n" << kUsage;
+  std::cerr << "deepinfer chat-template: " << message << "\n";
+  PrintUsage(std::cerr);
   return 2;
 }
 
 }  // namespace
 
 int RunChatTemplateCommand(const std::vector<std::string>& args) {
-  std::optional<std::string> messages_path;
-  bool thinking = false;
-  std::optional<std::string> effort_text;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--thinking") {
-      thinking = true;
-    } else if (arg == "--messages" || arg == "--reasoning-effort") {
-      if (i + 1 >= args.size()) return UsageError(arg + " needs a value");
-      (arg == "--messages" ? messages_path : effort_text) = args[++i];
-    } else {
-      return UsageError("unknown argument \"" + arg + "\"");
-    }
+  if (WantsHelp(args)) {
+    PrintUsage(std::cout);
+    return 0;
   }
-  if (!messages_path) return UsageError("--messages FILE.json is required");
+  ChatTemplateOptions o;
+  try {
+    ParseFlags("chat-template", args, Flags(), o);
+  } catch (const Error& e) {
+    return UsageError(e.what());
+  }
+  if (!o.messages_path) return UsageError("--messages FILE.json is required");
+  const std::optional<std::string>& messages_path = o.messages_path;
+  const bool thinking = o.thinking;
+  const std::optional<std::string>& effort_text = o.effort_text;
 
   try {
     ChatRequest request = LoadChatRequestFile(*messages_path);

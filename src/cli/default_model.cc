@@ -14,18 +14,14 @@
 #include <system_error>
 #include <vector>
 
+#include "core/embedded_file.h"
 #include "core/error.h"
 #include "core/regular_file.h"
 
-// The files are linked in with the assembler's .incbin; DEEPINFER_DEFAULT_MODEL_DIR is set by
-// CMake to the model folder in the source tree, DEEPINFER_DEFAULT_MODEL_SHA256 to a SHA-256 of
-// its files, and cli/default_model_files.inc lists them (src/cli/CMakeLists.txt).
-#define DEEPINFER_EMBED(symbol, file)                                                                    \
-  asm(".section .rodata\n.balign 16\n.global " #symbol "_begin\n" #symbol                                \
-      "_begin:\n.incbin \"" DEEPINFER_DEFAULT_MODEL_DIR "/" file "\"\n.global " #symbol "_end\n" #symbol \
-      "_end:\n.byte 0\n.previous\n");                                                                    \
-  extern "C" const char symbol##_begin[];                                                                \
-  extern "C" const char symbol##_end[];
+// DEEPINFER_DEFAULT_MODEL_DIR is set by CMake to the model folder in the source tree,
+// DEEPINFER_DEFAULT_MODEL_SHA256 to a SHA-256 of its files, and cli/default_model_files.inc lists
+// them (src/cli/CMakeLists.txt).
+#define DEEPINFER_EMBED(symbol, file) DEEPINFER_EMBED_FILE(symbol, DEEPINFER_DEFAULT_MODEL_DIR "/" file)
 
 #define DEEPINFER_DEFAULT_MODEL_FILE(index, name) DEEPINFER_EMBED(di_default_##index, name)
 #include "cli/default_model_files.inc"
@@ -95,6 +91,8 @@ void WriteFile(const fs::path& path, std::string_view bytes) {
 }
 
 }  // namespace
+
+std::string ModelDirOrDefault(const std::string& model) { return model.empty() ? MaterializeDefaultModel() : model; }
 
 std::string MaterializeDefaultModel() { return MaterializeDefaultModel(fs::temp_directory_path()); }
 

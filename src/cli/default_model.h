@@ -17,4 +17,7 @@ namespace deepinfer {
 std::string MaterializeDefaultModel();
 std::string MaterializeDefaultModel(const std::filesystem::path& temp);
 
+// `--model DIR` as the commands take it: DIR, or the embedded default when empty.
+std::string ModelDirOrDefault(const std::string& model);
+
 }  // namespace deepinfer

@@ -65,7 +65,8 @@ uint64_t ParseSeedFlag(const std::string& flag, const std::string& value) {
 void PrintFlagLines(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& lines) {
   for (const auto& [left, help] : lines) {
     const std::string indented = "  " + left;
-    out << indented << std::string(indented.size() < 28 ? 28 - indented.size() : 1, ' ') << help << "\n";
+    // At least two spaces before the help, so the flag and its value stay apart from it.
+    out << indented << std::string(indented.size() < 26 ? 28 - indented.size() : 2, ' ') << help << "\n";
   }
 }
 

@@ -8,16 +8,20 @@
 #include <vector>
 
 #include "cli/bench_command.h"
+#include "cli/build_info.h"
+#include "cli/chat_command.h"
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
 #include "cli/make_model_command.h"
 #include "cli/perplexity_command.h"
+#include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 #include "core/error.h"
 
 namespace {
 
-void PrintUsage() {
+// On stdout when asked for (--help), on stderr after a bad command line.
+void PrintUsage(FILE* out) {
   std::fputs(
       "usage: deepinfer <command> [flags]\n"
       "  generate       run the model on a prompt (default: the embedded tiny V4.1 model)\n"
@@ -27,8 +31,10 @@ void PrintUsage() {
       "  perplexity     perplexity and bits per byte of a text file under a model\n"
       "  tokenize       encode text to token ids or decode ids to text\n"
       "  chat-template  render chat messages in the DeepSeek-V4.1 prompt format\n"
-      "run 'deepinfer <command> --help' for a command's flags\n",
-      stderr);
+      "  serve          an OpenAI-compatible HTTP server with a chat page\n"
+      "  chat           chat with a model in the terminal\n"
+      "run 'deepinfer <command> --help' for a command's flags; 'deepinfer --version' for the build\n",
+      out);
 }
 
 }  // namespace
@@ -41,7 +47,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   if (argc < 2) {
-    PrintUsage();
+    PrintUsage(stderr);
     return 2;
   }
   const std::string command = argv[1];
@@ -54,12 +60,18 @@ int main(int argc, char** argv) {
     if (command == "perplexity") return deepinfer::RunPerplexityCommand(args);
     if (command == "tokenize") return deepinfer::RunTokenizeCommand(args);
     if (command == "chat-template") return deepinfer::RunChatTemplateCommand(args);
+    if (command == "serve") return deepinfer::RunServeCommand(args);
+    if (command == "chat") return deepinfer::RunChatCommand(args);
+    if (command == "--version" || command == "version") {
+      std::fputs(deepinfer::VersionText().c_str(), stdout);
+      return 0;
+    }
     if (command == "--help" || command == "-h" || command == "help") {
-      PrintUsage();
+      PrintUsage(stdout);
       return 0;
     }
     std::fprintf(stderr, "deepinfer: unknown command '%s'\n", command.c_str());
-    PrintUsage();
+    PrintUsage(stderr);
     return 2;
   } catch (const deepinfer::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -17,13 +17,16 @@
 #include <sstream>
 #include <thread>
 
+#include "chat/chat_tokens.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "core/progress.h"
 #include "io/safetensors_writer.h"
 #include "model/engram_hash.h"
 #include "model/weights.h"
+#include "tokenizer/engram_token_map.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -33,14 +36,99 @@ static_assert(std::endian::native == std::endian::little, "safetensors data are 
 
 namespace fs = std::filesystem;
 
-constexpr const char* kPreset = "v41-flash-slice";
-constexpr int64_t kFullVocab = 129280;  // also the size of the project tokenizer the Engram map covers
 constexpr int kMaxLayers = 40;
 constexpr int kMaxExperts = 384;
-constexpr int kTopK = 6;
 constexpr int kEngramLookback = 3;  // n-grams 2..4
-constexpr int kEngramHeads = 8;
-constexpr int64_t kDefaultEngramVocab = 4000;
+
+// Every number a preset fixes, in one table. What a preset leaves open (layers, routed experts,
+// vocabulary, Engram rows) comes from the flags, with the defaults named here.
+struct Preset {
+  const char* name;
+  const char* summary;
+  int64_t hidden;
+  int64_t moe_intermediate;
+  int heads;
+  int64_t head_dim;
+  int64_t rope_head_dim;
+  int64_t q_lora_rank;
+  int o_groups;
+  int64_t o_lora_rank;
+  int window;
+  int64_t max_position;
+  int64_t yarn_original_max_position;
+  int top_k;  // routed experts per token
+  int index_heads;
+  int64_t index_head_dim;
+  int index_topk;
+  int candidate_topk_blocks;
+  int candidate_block_size;
+  int engram_heads;
+  int64_t engram_head_dim;
+  int64_t engram_vocab;  // engram_vocab_size without --engram-rows
+  int default_layers;    // 0: --layers is required
+  int default_experts;   // 0: --experts is required
+};
+
+constexpr Preset kPresets[] = {
+    {"v41-flash-slice",
+     "the real DeepSeek-V4.1-Flash per-layer dimensions",
+     5120,
+     2304,
+     64,
+     512,
+     64,
+     1280,
+     8,
+     1024,
+     128,
+     1048576,
+     65536,
+     6,
+     32,
+     128,
+     512,
+     2048,
+     8,
+     8,
+     256,
+     4000,
+     0,
+     0},
+    // The dimensions of the golden model tiny-a, with a vocabulary covering the tokenizer: a model
+    // that runs chat text in milliseconds per step (server and chat tests).
+    {"tiny", "tiny dimensions (those of the golden model tiny-a), vocabulary = the tokenizer's",
+     64,     64,
+     4,      64,
+     16,     64,
+     2,      32,
+     16,     4096,
+     64,     2,
+     16,     32,
+     16,     6,
+     4,      2,
+     32,     1000,
+     8,      8},
+};
+
+std::string PresetNames() {
+  std::string names;
+  for (const Preset& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  return names;
+}
+
+const Preset* FindPreset(const std::string& name) {
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return &p;
+  }
+  return nullptr;
+}
+
+const Preset& RequirePreset(const std::string& name) {
+  if (name.empty()) throw MakeError("make-model: --preset is required (available: ", PresetNames(), ")");
+  const Preset* preset = FindPreset(name);
+  if (preset == nullptr) throw MakeError("--preset: unknown preset '", name, "' (available: ", PresetNames(), ")");
+  return *preset;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Layer schedule.
@@ -93,14 +181,14 @@ const char* RoleName(Role role) {
 
 }  // namespace
 
-std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables) {
+std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables, int heads) {
   std::vector<int64_t> used;
   std::vector<int64_t> sums;
   for (int t = 0; t < tables; ++t) {
     int64_t sum = 0;
     for (int n = 0; n < kEngramLookback; ++n) {
       int64_t current = engram_vocab_size - 1;
-      for (int h = 0; h < kEngramHeads; ++h) {
+      for (int h = 0; h < heads; ++h) {
         current = NextUnusedPrime(current, used);
         used.push_back(current);
         sum += current;
@@ -114,13 +202,13 @@ std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables) {
 namespace {
 
 // engram_vocab_size and the table rows: the default, or the largest start whose sums fit R.
-std::pair<int64_t, std::vector<int64_t>> EngramSizes(int64_t rows, int tables) {
-  if (rows == 0) return {kDefaultEngramVocab, EngramPrimeSums(kDefaultEngramVocab, tables)};
-  auto fits = [&](int64_t vocab) { return EngramPrimeSums(vocab, tables).back() <= rows; };
+std::pair<int64_t, std::vector<int64_t>> EngramSizes(const Preset& p, int64_t rows, int tables) {
+  if (rows == 0) return {p.engram_vocab, EngramPrimeSums(p.engram_vocab, tables, p.engram_heads)};
+  auto fits = [&](int64_t vocab) { return EngramPrimeSums(vocab, tables, p.engram_heads).back() <= rows; };
   if (!fits(1)) {
-    throw MakeError("--engram-rows: ", rows, " rows cannot hold the ", kEngramLookback * kEngramHeads,
+    throw MakeError("--engram-rows: ", rows, " rows cannot hold the ", kEngramLookback * p.engram_heads,
                     " hash buckets of each of ", tables, " Engram table(s); at least ",
-                    EngramPrimeSums(1, tables).back(), " are needed");
+                    EngramPrimeSums(1, tables, p.engram_heads).back(), " are needed");
   }
   int64_t lo = 1, hi = rows;  // fits(lo), and nothing above hi can fit
   while (lo < hi) {
@@ -425,15 +513,15 @@ class WeightPlan {
 
 const std::vector<Flag<MakeModelOptions>>& Flags() {
   static const std::vector<Flag<MakeModelOptions>> flags = {
-      {"--preset", "NAME", "model family to slice (required): v41-flash-slice",
+      {"--preset", "NAME", "model family (required): v41-flash-slice (real dims) or tiny",
        [](MakeModelOptions& o, const std::string& v) { o.preset = v; }},
-      {"--layers", "L", "backbone layers, 1..40 (required)",
+      {"--layers", "L", "backbone layers, 1..40 (required for v41-flash-slice; tiny: 8)",
        [](MakeModelOptions& o, const std::string& v) { o.layers = ParseIntFlagAs<int>("--layers", v); }},
-      {"--experts", "E", "routed experts per layer, 6..384 (required)",
+      {"--experts", "E", "routed experts per layer, top-k..384 (required for v41-flash-slice; tiny: 8)",
        [](MakeModelOptions& o, const std::string& v) { o.experts = ParseIntFlagAs<int>("--experts", v); }},
       {"--out", "DIR", "output folder, absent or empty (required)",
        [](MakeModelOptions& o, const std::string& v) { o.out = v; }},
-      {"--vocab", "V", "vocabulary rows of embed/head, 3..129280 (default 129280)",
+      {"--vocab", "V", "vocabulary rows of embed/head, 3..the tokenizer's size (default: the tokenizer's size)",
        [](MakeModelOptions& o, const std::string& v) { o.vocab = ParseIntFlagAs<int64_t>("--vocab", v); }},
       {"--engram-rows", "R", "rows of each Engram table (default: the prime sums for engram_vocab_size 4000)",
        [](MakeModelOptions& o, const std::string& v) { o.engram_rows = ParseIntFlagAs<int64_t>("--engram-rows", v); }},
@@ -443,36 +531,32 @@ const std::vector<Flag<MakeModelOptions>>& Flags() {
        [](MakeModelOptions& o, const std::string& v) { o.shard_gb = ParseRealFlag("--shard-gb", v); }},
       {"--threads", "N", "generator threads (default: all cores; at most 4 per hardware thread)",
        [](MakeModelOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
-      {"--tokenizer", "FILE", "tokenizer.json to copy (default: the project tokenizer)",
+      {"--tokenizer", "FILE", "tokenizer.json to copy into the model (default: the project tokenizer)",
        [](MakeModelOptions& o, const std::string& v) { o.tokenizer = v; }},
   };
   return flags;
 }
 
 void PrintHelp(std::ostream& out) {
-  out << "usage: deepinfer make-model --preset v41-flash-slice --layers L --experts E --out DIR [flags]\n"
-         "writes a random checkpoint with the real DeepSeek-V4.1-Flash per-layer dimensions\n";
+  out << "usage: deepinfer make-model --preset NAME [--layers L --experts E] --out DIR [flags]\n"
+         "writes a random DeepSeek-V4.1 checkpoint in the released layout; presets:\n";
+  for (const Preset& p : kPresets) out << "  " << p.name << ": " << p.summary << "\n";
   PrintFlagHelp(out, Flags());
 }
 
+// Everything but the vocabulary, which is checked against the tokenizer (MakeModelConfigJson).
 void Validate(const MakeModelOptions& o) {
-  if (o.preset.empty()) throw MakeError("make-model: --preset is required (available: ", kPreset, ")");
-  if (o.preset != kPreset) throw MakeError("--preset: unknown preset '", o.preset, "' (available: ", kPreset, ")");
+  const Preset& p = RequirePreset(o.preset);
   if (o.out.empty()) throw MakeError("make-model: --out DIR is required");
   if (o.layers < 1 || o.layers > kMaxLayers) {
     throw MakeError("--layers: expected 1..", kMaxLayers, " (the released backbone has 40), got ", o.layers,
                     o.layers == 0 ? " (--layers is required)" : "");
   }
-  if (o.experts < kTopK || o.experts > kMaxExperts) {
-    throw MakeError("--experts: expected ", kTopK, "..", kMaxExperts, " (each token uses the top ", kTopK,
+  if (o.experts < p.top_k || o.experts > kMaxExperts) {
+    throw MakeError("--experts: expected ", p.top_k, "..", kMaxExperts, " (each token uses the top ", p.top_k,
                     " routed experts), got ", o.experts, o.experts == 0 ? " (--experts is required)" : "");
   }
-  if (o.vocab < 3 || o.vocab > kFullVocab) {
-    throw MakeError("--vocab: expected 3..", kFullVocab,
-                    " (ids 0..2 are bos, eos and the Engram pad; the Engram "
-                    "token map covers the tokenizer's ",
-                    kFullVocab, " ids), got ", o.vocab);
-  }
+  if (o.vocab < 0) throw MakeError("--vocab: must be positive, got ", o.vocab);
   if (o.engram_rows < 0) throw MakeError("--engram-rows: must be positive, got ", o.engram_rows);
   if (o.shard_gb < 0) throw MakeError("--shard-gb: must not be negative, got ", o.shard_gb);
   if (o.threads < 0) throw MakeError("--threads: must not be negative, got ", o.threads);
@@ -489,12 +573,38 @@ std::string FormatBytes(uint64_t bytes) {
 MakeModelOptions ParseMakeModelArgs(const std::vector<std::string>& args) {
   MakeModelOptions options;
   ParseFlags("make-model", args, Flags(), options);
+  options = WithPresetDefaults(options);
   Validate(options);
   return options;
 }
 
-std::string MakeSliceConfigJson(const MakeModelOptions& o) {
+MakeModelOptions WithPresetDefaults(MakeModelOptions o) {
+  if (const Preset* p = FindPreset(o.preset)) {
+    if (o.layers == 0) o.layers = p->default_layers;
+    if (o.experts == 0) o.experts = p->default_experts;
+  }
+  return o;
+}
+
+TokenizerFacts ReadTokenizerFacts(const std::string& path) {
+  const Tokenizer tokenizer = Tokenizer::FromFile(path);
+  TokenizerFacts facts;
+  facts.size = static_cast<int64_t>(tokenizer.size());
+  facts.engram_compressed_vocab = BuildEngramTokenMap(tokenizer).compressed_vocab_size;
+  facts.image_token_id = tokenizer.TokenToId(chat_tokens::kImagePlaceholder);
+  return facts;
+}
+
+std::string MakeModelConfigJson(const MakeModelOptions& options, const TokenizerFacts& tokenizer) {
+  const MakeModelOptions o = WithPresetDefaults(options);
   Validate(o);
+  const Preset& p = RequirePreset(o.preset);
+  const int64_t vocab = o.vocab == 0 ? tokenizer.size : o.vocab;
+  if (vocab < 3 || vocab > tokenizer.size) {
+    throw MakeError("--vocab: expected 3..", tokenizer.size,
+                    " (ids 0..2 are bos, eos and the Engram pad; the Engram token map covers the tokenizer's ",
+                    tokenizer.size, " ids), got ", vocab);
+  }
   const std::vector<Role> roles = Schedule(o.layers);
   std::vector<int> ratios, kv_sources, index_sources, engram_layers;
   int candidate_source = -1;
@@ -508,37 +618,37 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
     if (role == Role::kRatio1Candidates) candidate_source = i;
     if (HasEngram(roles, static_cast<size_t>(i))) engram_layers.push_back(i);
   }
-  const auto [engram_vocab, engram_rows] = EngramSizes(o.engram_rows, static_cast<int>(engram_layers.size()));
+  const auto [engram_vocab, engram_rows] = EngramSizes(p, o.engram_rows, static_cast<int>(engram_layers.size()));
 
   using Json = nlohmann::ordered_json;
   Json text = {
       {"model_type", "deepseek_v41_text"},
-      {"vocab_size", o.vocab},
-      {"hidden_size", 5120},
-      {"moe_intermediate_size", 2304},
+      {"vocab_size", vocab},
+      {"hidden_size", p.hidden},
+      {"moe_intermediate_size", p.moe_intermediate},
       {"num_hidden_layers", o.layers},
       {"num_nextn_predict_layers", 0},
-      {"num_attention_heads", 64},
+      {"num_attention_heads", p.heads},
       {"num_key_value_heads", 1},
-      {"head_dim", 512},
-      {"qk_rope_head_dim", 64},
-      {"q_lora_rank", 1280},
-      {"o_groups", 8},
-      {"o_lora_rank", 1024},
+      {"head_dim", p.head_dim},
+      {"qk_rope_head_dim", p.rope_head_dim},
+      {"q_lora_rank", p.q_lora_rank},
+      {"o_groups", p.o_groups},
+      {"o_lora_rank", p.o_lora_rank},
       {"rms_norm_eps", 1e-20},
-      {"sliding_window", 128},
-      {"max_position_embeddings", 1048576},
+      {"sliding_window", p.window},
+      {"max_position_embeddings", p.max_position},
       {"rope_theta", 10000.0},
       {"compress_rope_theta", 160000.0},
       {"rope_scaling",
        {{"type", "yarn"},
         {"factor", 16.0},
-        {"original_max_position_embeddings", 65536},
+        {"original_max_position_embeddings", p.yarn_original_max_position},
         {"beta_fast", 32},
         {"beta_slow", 1}}},
       {"n_routed_experts", o.experts},
       {"n_shared_experts", 1},
-      {"num_experts_per_tok", kTopK},
+      {"num_experts_per_tok", p.top_k},
       {"scoring_func", "sqrtsoftplus"},
       {"topk_method", "noaux_tc"},
       {"norm_topk_prob", true},
@@ -549,12 +659,12 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
       {"compress_ratios", ratios},
       {"kv_source_layer_ids", kv_sources},
       {"index_source_layer_ids", index_sources},
-      {"index_n_heads", 32},
-      {"index_head_dim", 128},
-      {"index_topk", 512},
+      {"index_n_heads", p.index_heads},
+      {"index_head_dim", p.index_head_dim},
+      {"index_topk", p.index_topk},
       {"candidate_source_layer_id", candidate_source},
-      {"candidate_topk_blocks", 2048},
-      {"candidate_block_size", 8},
+      {"candidate_topk_blocks", p.candidate_topk_blocks},
+      {"candidate_block_size", p.candidate_block_size},
       {"hc_mult", 4},
       {"hc_sinkhorn_iters", 20},
       {"hc_eps", 1e-6},
@@ -562,10 +672,10 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
       {"engram_num_embeddings", engram_rows},
       {"engram_max_ngram_size", kEngramLookback + 1},
       {"engram_vocab_size", engram_vocab},
-      {"engram_n_heads", kEngramHeads},
-      {"engram_head_dim", 256},
+      {"engram_n_heads", p.engram_heads},
+      {"engram_head_dim", p.engram_head_dim},
       {"engram_pad_token_id", 2},
-      {"engram_compressed_vocab_size", 99092},
+      {"engram_compressed_vocab_size", tokenizer.engram_compressed_vocab},
       {"bos_token_id", 0},
       {"eos_token_id", 1},
   };
@@ -575,7 +685,7 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
       {"bos_token_id", 0},
       {"eos_token_id", 1},
   };
-  if (o.vocab > 129264) root["image_token_id"] = 129264;
+  if (tokenizer.image_token_id && *tokenizer.image_token_id < vocab) root["image_token_id"] = *tokenizer.image_token_id;
   root["text_config"] = std::move(text);
   root["quantization_config"] = {{"quant_method", "fp8"},
                                  {"activation_scheme", "dynamic"},
@@ -583,30 +693,25 @@ std::string MakeSliceConfigJson(const MakeModelOptions& o) {
                                  {"scale_fmt", "ue8m0"},
                                  {"expert_dtype", "fp4"}};
   root["deepinfer_make_model"] = {
-      {"preset", o.preset}, {"layers", o.layers}, {"experts", o.experts}, {"vocab", o.vocab}, {"seed", o.seed}};
+      {"preset", o.preset}, {"layers", o.layers}, {"experts", o.experts}, {"vocab", vocab}, {"seed", o.seed}};
   const std::string json = root.dump(1) + "\n";
-  (void)ParseModelConfig(json, "make-model " + std::string(kPreset) + " config");  // throws if the rule ever breaks
+  (void)ParseModelConfig(json, "make-model " + o.preset + " config");  // throws if the rule ever breaks
   return json;
 }
 
-MakeModelResult MakeModel(const MakeModelOptions& options) {
+MakeModelResult MakeModel(const MakeModelOptions& requested) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string config_json = MakeSliceConfigJson(options);
+  const MakeModelOptions options = WithPresetDefaults(requested);
+  Validate(options);
+  std::error_code ec;
+  const std::string tokenizer =
+      options.tokenizer.empty() ? (fs::path(MaterializeDefaultModel()) / "tokenizer.json").string() : options.tokenizer;
+  const std::string config_json = MakeModelConfigJson(options, ReadTokenizerFacts(tokenizer));
   const fs::path out(options.out);
   const fs::path config_path = out / "config.json";
   MakeModelResult result;
   result.config = ParseModelConfig(config_json, config_path.string());
 
-  const std::string tokenizer =
-      options.tokenizer.empty() ? (fs::path(MaterializeDefaultModel()) / "tokenizer.json").string() : options.tokenizer;
-  // The config's Engram token map is that of a full-size DeepSeek tokenizer: check the file is one.
-  const size_t tokenizer_ids = Tokenizer::FromFile(tokenizer).size();
-  if (tokenizer_ids != static_cast<size_t>(kFullVocab)) {
-    throw MakeError("--tokenizer: ", tokenizer, " has ", tokenizer_ids, " ids; the ", kPreset,
-                    " preset needs the DeepSeek-V4.1 tokenizer (", kFullVocab, " ids)");
-  }
-
-  std::error_code ec;
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec)) throw MakeError(options.out, ": exists and is not a folder");
     if (!fs::is_empty(out, ec)) {
@@ -621,15 +726,20 @@ MakeModelResult MakeModel(const MakeModelOptions& options) {
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"generator", "deepinfer make-model --preset " + options.preset + " --layers " + std::to_string(options.layers) +
-                        " --experts " + std::to_string(options.experts) + " --vocab " + std::to_string(options.vocab) +
-                        " --seed " + std::to_string(options.seed)}};
+                        " --experts " + std::to_string(options.experts) + " --vocab " +
+                        std::to_string(result.config.vocab_size) + " --seed " + std::to_string(options.seed)}};
   const uint64_t seed = options.seed;
+  uint64_t total = 0;
+  for (const TensorSpec& spec : plan.specs()) total += spec.nbytes();
+  ProgressBar bar("make-model", total);
   const CheckpointFiles files = WriteSafetensorsCheckpoint(
       options.out, plan.specs(),
       [&](size_t index, const TensorSpec&, uint64_t offset, std::span<uint8_t> bytes) {
         plan.Fill(seed, index, offset, bytes);
+        bar.Add(bytes.size());
       },
       shard_bytes, metadata, options.threads);
+  bar.Finish();
 
   fs::copy_file(tokenizer, out / "tokenizer.json", fs::copy_options::overwrite_existing, ec);
   if (ec) throw MakeError(tokenizer, ": cannot copy to ", (out / "tokenizer.json").string(), ": ", ec.message());

@@ -1,10 +1,19 @@
-// `deepinfer make-model`: writes a random DeepSeek-V4.1 checkpoint with the real V4.1-Flash
-// per-layer dimensions, for benchmarks and load tests at full size without the 763B-parameter
-// release.
+// `deepinfer make-model`: writes a random DeepSeek-V4.1 checkpoint in the released layout: with
+// the real V4.1-Flash per-layer dimensions, for benchmarks and load tests at full size without
+// the 763B-parameter release, or tiny, for tests that need a vocabulary covering the tokenizer.
 //
 //   deepinfer make-model --preset v41-flash-slice --layers L --experts E --out DIR
 //                        [--vocab V] [--engram-rows R] [--seed S] [--shard-gb G]
 //                        [--threads N] [--tokenizer FILE]
+//   deepinfer make-model --preset tiny --out DIR [same flags; --layers 8 --experts 8 by default]
+//
+// The presets' numbers live in one table (kPresets in make_model_command.cc). The vocabulary
+// defaults to the tokenizer's size and engram_compressed_vocab_size is computed from the
+// tokenizer, so any tokenizer.json (--tokenizer) gives a consistent model.
+//
+// Preset tiny: the dimensions of the golden model tiny-a (hidden 64, 4 heads x 64 with 16 rope
+// dims, q_lora 64, 2 o-groups x 32, window 16, 8 routed experts 64 wide, top-2, indexer 16 x 32
+// top-16, candidates 6 blocks x 4, Engram 2 heads x 32, max context 4096, YaRN from 64).
 //
 // Preset v41-flash-slice: every per-layer shape, dtype and storage format is the release's
 // (hidden 5120; 64 heads x 512 with 64 rope dims; q_lora 1280; 8 o-groups x o_lora 1024;
@@ -43,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +65,7 @@ struct MakeModelOptions {
   int layers = 0;
   int experts = 0;
   std::string out;
-  int64_t vocab = 129280;
+  int64_t vocab = 0;        // 0: the tokenizer's size
   int64_t engram_rows = 0;  // 0: the exact prime sums for engram_vocab_size 4000
   uint64_t seed = 0;
   double shard_gb = 0;    // 0: one model.safetensors; else shards of at most G * 10^9 bytes
@@ -73,12 +83,23 @@ struct MakeModelResult {
 // Parses the flags; throws Error on a missing or bad one. `--help` yields options.preset == "help".
 // Rows of each Engram table under the reference's prime rule: per table, the sum of its
 // (n-gram, head) primes drawn above engram_vocab_size - 1 from one global "used" set.
-std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables);
+std::vector<int64_t> EngramPrimeSums(int64_t engram_vocab_size, int tables, int heads);
 
 MakeModelOptions ParseMakeModelArgs(const std::vector<std::string>& args);
 
-// The HF config.json text of the slice (validated with ParseModelConfig before it is returned).
-std::string MakeSliceConfigJson(const MakeModelOptions& options);
+// What the config takes from the tokenizer.json the model ships with.
+struct TokenizerFacts {
+  int64_t size = 0;                     // ids (the largest vocabulary the model may have)
+  int64_t engram_compressed_vocab = 0;  // of its Engram compressed token map
+  std::optional<int32_t> image_token_id;
+};
+TokenizerFacts ReadTokenizerFacts(const std::string& path);
+
+// The preset's defaults for what the options leave at 0 (layers, experts).
+MakeModelOptions WithPresetDefaults(MakeModelOptions options);
+
+// The HF config.json text (validated with ParseModelConfig before it is returned).
+std::string MakeModelConfigJson(const MakeModelOptions& options, const TokenizerFacts& tokenizer);
 
 // Writes the model into options.out (created; must be empty or absent): the safetensors,
 // tokenizer.json, then config.json last, so an interrupted run never looks loadable.

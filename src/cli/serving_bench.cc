@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <climits>
@@ -21,6 +22,8 @@
 
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/http_client.h"
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -112,7 +115,14 @@ struct ServingOptions {
   double temperature = 0.0;
   uint64_t seed = 0;
   bool json = false;
+  std::string url;  // drive a running server instead of an engine in this process
+  std::string api_key;
 };
+
+// Client threads of an HTTP run at most (requests beyond wait client-side for a free one).
+constexpr size_t kMaxHttpClients = 1024;
+// What the server sends back (/health, one SSE event) is parsed within these limits.
+constexpr JsonLimits kServerJsonLimits{size_t{1} << 20, 64};
 
 const std::vector<Flag<ServingOptions>>& ServingFlags() {
   static const std::vector<Flag<ServingOptions>> flags = {
@@ -170,8 +180,30 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
        [](ServingOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](ServingOptions& o, const std::string&) { o.json = true; }},
+      {"--url", "http://HOST:PORT",
+       "drive a running deepinfer serve over HTTP (SSE streams), same workload; empties its prefix cache first",
+       [](ServingOptions& o, const std::string& v) {
+         (void)ParseHttpUrl("--url", v);
+         o.url = v;
+       }},
+      {"--api-key", "KEY", "with --url: the server's API key",
+       [](ServingOptions& o, const std::string& v) { o.api_key = v; }},
   };
   return flags;
+}
+
+// With --url the server's own settings decide the engine: engine flags would be silently ignored.
+void RejectEngineFlagsWithUrl(const ServingOptions& o) {
+  const ServingOptions defaults;
+  const char* flag = !o.model.empty()                                ? "--model"
+                     : o.threads != 0                                ? "--threads"
+                     : o.isa                                         ? "--isa"
+                     : o.max_running                                 ? "--max-running"
+                     : o.max_step_tokens != defaults.max_step_tokens ? "--max-step-tokens"
+                     : o.kv_cache_memory != defaults.kv_cache_memory ? "--kv-cache-memory"
+                     : !o.prefix_cache                               ? "--no-prefix-cache"
+                                                                     : nullptr;
+  if (flag) throw MakeError(flag, ": not with --url (the server's own flags set its engine)");
 }
 
 struct RequestRecord {
@@ -222,30 +254,22 @@ void SummaryJson(Json& j, const std::string& name, const Summary& s) {
   j[name + "_p99"] = value(s.p99);
 }
 
-int RunServing(const std::vector<std::string>& args) {
-  if (WantsHelp(args)) {
-    std::cout << "usage: deepinfer bench --serving [flags]\n";
-    PrintFlagHelp(std::cout, ServingFlags());
-    return 0;
-  }
-  ServingOptions o;
-  ParseFlags("bench --serving", args, ServingFlags(), o);
-  if (o.shared_prefix_len > o.input_len) {
-    throw MakeError("--shared-prefix-len: ", o.shared_prefix_len, " exceeds --input-len ", o.input_len);
-  }
-  const int64_t max_running = o.max_running.value_or(std::min<int64_t>(EngineOptions{}.max_running, o.max_step_tokens));
-  if (max_running > o.max_step_tokens) {
-    throw MakeError("--max-running: ", max_running, " exceeds --max-step-tokens ", o.max_step_tokens,
-                    " (every running request decodes in every step)");
-  }
-  const IsaLevel isa = ChooseIsa(o.isa);
-  const std::string model_dir = o.model.empty() ? MaterializeDefaultModel() : o.model;
-  Progress("loading " + model_dir);
-  const std::unique_ptr<Model> model = Model::Load(model_dir);
-  const int64_t vocab = model->config().vocab_size;
-  if (o.input_len + o.output_len > model->max_context()) {
+// Where a serving run ran, for the report: the engine in this process, or a server over HTTP
+// (whose engine counters come from the deltas of its /metrics).
+struct ServingRun {
+  std::string target;  // model folder or URL
+  std::string engine_line;
+  int threads = 0;
+  std::string isa;
+  bool over_http = false;
+  uint64_t steps = 0, preemptions = 0, prefix_hit = 0, prefix_queried = 0, kv_peak = 0, kv_budget = 0;
+  std::vector<int64_t> context_buckets, steps_per_bucket;  // in-process only
+};
+
+void CheckWorkload(const ServingOptions& o, int64_t vocab, int64_t max_context) {
+  if (o.input_len + o.output_len > max_context) {
     throw MakeError("--input-len + --output-len: ", o.input_len, " + ", o.output_len, " = ", o.input_len + o.output_len,
-                    " tokens exceed the model's maximum context of ", model->max_context(), " tokens");
+                    " tokens exceed the model's maximum context of ", max_context, " tokens");
   }
   if (vocab <= kFirstPromptToken) {
     throw MakeError("bench --serving: the model's vocabulary of ", vocab, " is too small");
@@ -259,6 +283,16 @@ int RunServing(const std::vector<std::string>& args) {
                     " prompt tokens need about ", MiB(static_cast<uint64_t>(prompt_bytes)),
                     ", more than a quarter of this machine's ", MiB(static_cast<uint64_t>(memory)));
   }
+}
+
+std::vector<RequestRecord> ServeInProcess(const ServingOptions& o, int64_t max_running,
+                                          const std::vector<double>& arrivals, ServingRun& run) {
+  const IsaLevel isa = ChooseIsa(o.isa);
+  const std::string model_dir = ModelDirOrDefault(o.model);
+  Progress("loading " + model_dir);
+  const std::unique_ptr<Model> model = Model::Load(model_dir);
+  const int64_t vocab = model->config().vocab_size;
+  CheckWorkload(o, vocab, model->max_context());
 
   ThreadPool pool(o.threads);
   const ComputeContext ctx{pool, isa};
@@ -271,7 +305,6 @@ int RunServing(const std::vector<std::string>& args) {
   Engine engine(*model, ctx, engine_options);
 
   const std::vector<std::vector<int32_t>> prompts = MakePrompts(o, vocab);
-  const std::vector<double> arrivals = MakeArrivals(o);
   std::vector<RequestRecord> records(o.num_requests);
   std::map<RequestId, size_t> index_of;
 
@@ -319,6 +352,167 @@ int RunServing(const std::vector<std::string>& args) {
     }
   }
   const EngineStats stats = engine.stats();
+  run.target = model_dir;
+  run.threads = pool.size();
+  run.isa = std::string(IsaName(isa));
+  const std::string budget = stats.kv_budget_bytes > 0 ? MiB(stats.kv_budget_bytes) : "no limit";
+  run.engine_line = "engine: max step tokens " + std::to_string(o.max_step_tokens) + ", max running " +
+                    std::to_string(max_running) + ", KV budget " + budget + ", prefix cache " +
+                    (o.prefix_cache ? "on" : "off") + "; " + std::to_string(pool.size()) + " threads, isa " + run.isa;
+  run.steps = stats.steps;
+  run.preemptions = stats.preemptions;
+  run.prefix_hit = stats.prefix.hit_tokens;
+  run.prefix_queried = stats.prefix.queried_tokens;
+  run.kv_peak = stats.kv_peak_bytes;
+  run.kv_budget = stats.kv_budget_bytes;
+  run.context_buckets = engine.context_buckets();
+  run.steps_per_bucket = std::vector<int64_t>(stats.steps_per_bucket.begin(), stats.steps_per_bucket.end());
+  return records;
+}
+
+// A counter of the server's /metrics text (0 when absent).
+double MetricOf(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  return at == std::string::npos ? 0.0 : std::stod(metrics.substr(at + name.size() + 2));
+}
+
+// One streamed completion over HTTP: the same prompt, length and sampling as in-process.
+void StreamOne(const HttpUrl& url, const ServingOptions& o, const std::vector<int32_t>& prompt, uint64_t seed,
+               Clock::time_point start, RequestRecord& r) {
+  const Json body = {{"prompt", prompt},
+                     {"max_tokens", o.output_len},
+                     {"ignore_eos", true},
+                     {"temperature", o.temperature},
+                     {"seed", seed},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  std::string pending, error_body;
+  bool failed = false;
+  auto now_s = [&] { return Seconds(start, Clock::now()); };
+  const int status = HttpRequest(url, "POST", "/v1/completions", body.dump(), [&](std::string_view piece) {
+    const double t = now_s();
+    pending += piece;
+    if (failed) return;
+    for (size_t end = pending.find("\n\n"); end != std::string::npos; end = pending.find("\n\n")) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (!event.starts_with("data: ") || event == "data: [DONE]") continue;
+      Json chunk;
+      try {
+        chunk = ParseOrderedJsonBounded(std::string_view(event).substr(6), "SSE event", kServerJsonLimits);
+        if (!chunk.is_object()) throw Error("SSE event: not a JSON object");
+      } catch (const Error& e) {
+        r.error = e.what();
+        r.finish = FinishReason::kError;
+        continue;
+      }
+      if (chunk.contains("error")) {
+        r.error = chunk["error"].value("message", "error");
+        r.finish = FinishReason::kError;
+        continue;
+      }
+      if (chunk.contains("usage") && chunk["usage"].is_object()) {
+        r.generated = chunk["usage"].value("completion_tokens", int64_t{0});
+      }
+      for (const Json& choice : chunk.value("choices", Json::array())) {
+        if (!choice.value("text", std::string()).empty()) {
+          if (!r.first_token_s) r.first_token_s = t;
+          r.last_token_s = t;
+        }
+        if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+          const std::string reason = choice["finish_reason"];
+          r.finish = reason == "length" ? FinishReason::kMaxTokens
+                     : reason == "stop" ? FinishReason::kStopToken
+                                        : FinishReason::kError;
+          if (r.finish == FinishReason::kError) r.error = "finish reason " + reason;
+        }
+      }
+    }
+  });
+  r.finish_s = now_s();
+  if (status != 200) {
+    r.finish = FinishReason::kError;
+    r.error = "HTTP " + std::to_string(status) + ": " + pending.substr(0, 200);
+  }
+}
+
+std::vector<RequestRecord> ServeOverHttp(const ServingOptions& o, const std::vector<double>& arrivals,
+                                         ServingRun& run) {
+  HttpUrl url = ParseHttpUrl("--url", o.url);
+  url.api_key = o.api_key;
+  const Json health = ParseOrderedJsonBounded(HttpGet(url, "/health"), o.url + "/health", kServerJsonLimits);
+  const int64_t vocab = health.at("vocab_size").get<int64_t>();
+  CheckWorkload(o, vocab, health.at("max_model_len").get<int64_t>());
+  const std::vector<std::vector<int32_t>> prompts = MakePrompts(o, vocab);
+  std::vector<RequestRecord> records(o.num_requests);
+  // The run starts as cold as one in-process: nothing of an earlier run in the prefix cache.
+  std::string reset_body;
+  const int reset = HttpRequest(url, "POST", "/reset_prefix_cache", "", [&](std::string_view p) { reset_body += p; });
+  if (reset != 200) throw MakeError(o.url, "/reset_prefix_cache: HTTP ", reset, ": ", reset_body.substr(0, 300));
+  const std::string before = HttpGet(url, "/metrics");
+
+  // One client thread per request in flight, each waiting for its arrival time.
+  const size_t workers = std::min<size_t>(prompts.size(), kMaxHttpClients);
+  Progress("serving " + std::to_string(o.num_requests) + " requests over " + o.url + " with " +
+           std::to_string(workers) + " client threads");
+  std::atomic<size_t> next{0};
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < prompts.size(); i = next++) {
+        std::this_thread::sleep_until(
+            start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals[i])));
+        records[i].arrival_s = arrivals[i];
+        try {
+          StreamOne(url, o, prompts[i], o.seed + i, start, records[i]);
+        } catch (const Error& e) {
+          records[i].finish = FinishReason::kError;
+          records[i].error = e.what();
+          records[i].finish_s = Seconds(start, Clock::now());
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::string after = HttpGet(url, "/metrics");
+  auto delta = [&](const char* name) { return static_cast<uint64_t>(MetricOf(after, name) - MetricOf(before, name)); };
+  run.target = o.url;
+  run.over_http = true;
+  run.isa = "server";
+  run.threads = static_cast<int>(workers);
+  run.engine_line = "over HTTP: " + std::to_string(workers) + " client threads, SSE streams; server " +
+                    health.value("model", std::string("?")) + " (its own engine settings)";
+  run.steps = delta("deepinfer_engine_steps_total");
+  run.preemptions = delta("deepinfer_preemptions_total");
+  run.prefix_hit = delta("deepinfer_prefix_cache_hit_tokens_total");
+  run.prefix_queried = delta("deepinfer_prefix_cache_queried_tokens_total");
+  run.kv_budget = static_cast<uint64_t>(MetricOf(after, "deepinfer_kv_cache_budget_bytes"));
+  run.kv_peak = static_cast<uint64_t>(MetricOf(after, "deepinfer_kv_cache_held_bytes"));
+  return records;
+}
+
+int RunServing(const std::vector<std::string>& args) {
+  if (WantsHelp(args)) {
+    std::cout << "usage: deepinfer bench --serving [flags]\n";
+    PrintFlagHelp(std::cout, ServingFlags());
+    return 0;
+  }
+  ServingOptions o;
+  ParseFlags("bench --serving", args, ServingFlags(), o);
+  if (!o.url.empty()) RejectEngineFlagsWithUrl(o);
+  if (o.shared_prefix_len > o.input_len) {
+    throw MakeError("--shared-prefix-len: ", o.shared_prefix_len, " exceeds --input-len ", o.input_len);
+  }
+  const int64_t max_running = o.max_running.value_or(std::min<int64_t>(EngineOptions{}.max_running, o.max_step_tokens));
+  if (max_running > o.max_step_tokens) {
+    throw MakeError("--max-running: ", max_running, " exceeds --max-step-tokens ", o.max_step_tokens,
+                    " (every running request decodes in every step)");
+  }
+  const std::vector<double> arrivals = MakeArrivals(o);
+  ServingRun run;
+  const std::vector<RequestRecord> records =
+      o.url.empty() ? ServeInProcess(o, max_running, arrivals, run) : ServeOverHttp(o, arrivals, run);
 
   // Per-request metrics over the requests that finished normally.
   std::vector<double> ttft_ms, tpot_ms, latency_ms;
@@ -345,32 +539,30 @@ int RunServing(const std::vector<std::string>& args) {
   const Summary ttft = Summarize(ttft_ms), tpot = Summarize(tpot_ms), latency = Summarize(latency_ms);
   const double throughput = wall_s > 0 ? static_cast<double>(generated) / wall_s : 0.0;
   const double total_throughput = wall_s > 0 ? static_cast<double>(generated + ok_prompt_tokens) / wall_s : 0.0;
-  const double hit_rate = stats.prefix.queried_tokens > 0 ? static_cast<double>(stats.prefix.hit_tokens) /
-                                                                static_cast<double>(stats.prefix.queried_tokens)
-                                                          : 0.0;
-  const std::string budget = stats.kv_budget_bytes > 0 ? MiB(stats.kv_budget_bytes) : "no limit";
+  const double hit_rate =
+      run.prefix_queried > 0 ? static_cast<double>(run.prefix_hit) / static_cast<double>(run.prefix_queried) : 0.0;
+  const std::string budget = run.kv_budget > 0 ? MiB(run.kv_budget) : "no limit";
 
-  std::printf("deepinfer bench --serving: %s\n", model_dir.c_str());
+  std::printf("deepinfer bench --serving: %s\n", run.target.c_str());
   std::printf("  %lld requests of %lld prompt tokens (%lld shared) + %lld generated, %s, temperature %g, seed %llu\n",
               static_cast<long long>(o.num_requests), static_cast<long long>(o.input_len),
               static_cast<long long>(o.shared_prefix_len), static_cast<long long>(o.output_len),
               std::isinf(o.request_rate) ? "all arriving at t=0"
                                          : ("Poisson arrivals at " + std::to_string(o.request_rate) + " req/s").c_str(),
               o.temperature, static_cast<unsigned long long>(o.seed));
-  std::printf("  engine: max step tokens %lld, max running %lld, KV budget %s, prefix cache %s; %d threads, isa %s\n",
-              static_cast<long long>(o.max_step_tokens), static_cast<long long>(max_running), budget.c_str(),
-              o.prefix_cache ? "on" : "off", pool.size(), std::string(IsaName(isa)).c_str());
+  std::printf("  %s\n", run.engine_line.c_str());
   std::printf("\nresults\n");
   std::printf("  requests ok / failed  %lld / %lld\n", static_cast<long long>(ok), static_cast<long long>(failed));
   if (!first_error.empty()) std::printf("  first failure         %s\n", first_error.c_str());
   std::printf("  wall time             %.3f s (first arrival to last finish)\n", wall_s);
   std::printf("  throughput            %.2f generated tok/s, %.2f total tok/s\n", throughput, total_throughput);
-  std::printf("  steps                 %llu (preemptions %llu)\n", static_cast<unsigned long long>(stats.steps),
-              static_cast<unsigned long long>(stats.preemptions));
+  std::printf("  steps                 %llu (preemptions %llu)\n", static_cast<unsigned long long>(run.steps),
+              static_cast<unsigned long long>(run.preemptions));
   std::printf("  prefix cache          %llu of %llu prompt tokens hit (%.2f%%)\n",
-              static_cast<unsigned long long>(stats.prefix.hit_tokens),
-              static_cast<unsigned long long>(stats.prefix.queried_tokens), 100.0 * hit_rate);
-  std::printf("  KV cache              peak %s, budget %s\n", MiB(stats.kv_peak_bytes).c_str(), budget.c_str());
+              static_cast<unsigned long long>(run.prefix_hit), static_cast<unsigned long long>(run.prefix_queried),
+              100.0 * hit_rate);
+  std::printf("  KV cache              %s %s, budget %s\n", run.over_http ? "held after" : "peak",
+              MiB(run.kv_peak).c_str(), budget.c_str());
   std::printf("\n  %-12s %10s %10s %10s\n", "latency ms", "mean", "p50", "p99");
   auto row = [](const char* name, const Summary& s) {
     if (s.count == 0) {
@@ -386,9 +578,10 @@ int RunServing(const std::vector<std::string>& args) {
   if (o.json) {
     Json j;
     j["mode"] = "serving";
-    j["model"] = model_dir;
-    j["threads"] = pool.size();
-    j["isa"] = std::string(IsaName(isa));
+    j["model"] = run.target;
+    j["over_http"] = run.over_http;
+    j["threads"] = run.threads;
+    j["isa"] = run.isa;
     j["num_requests"] = o.num_requests;
     j["input_len"] = o.input_len;
     j["output_len"] = o.output_len;
@@ -408,15 +601,15 @@ int RunServing(const std::vector<std::string>& args) {
     SummaryJson(j, "ttft_ms", ttft);
     SummaryJson(j, "tpot_ms", tpot);
     SummaryJson(j, "latency_ms", latency);
-    j["steps"] = stats.steps;
-    j["preemptions"] = stats.preemptions;
-    j["prefix_hit_tokens"] = stats.prefix.hit_tokens;
-    j["prefix_queried_tokens"] = stats.prefix.queried_tokens;
+    j["steps"] = run.steps;
+    j["preemptions"] = run.preemptions;
+    j["prefix_hit_tokens"] = run.prefix_hit;
+    j["prefix_queried_tokens"] = run.prefix_queried;
     j["prefix_hit_rate"] = hit_rate;
-    j["kv_peak_bytes"] = stats.kv_peak_bytes;
-    j["kv_budget_bytes"] = stats.kv_budget_bytes;  // 0: no limit
-    j["context_buckets"] = engine.context_buckets();
-    j["steps_per_bucket"] = stats.steps_per_bucket;
+    j["kv_peak_bytes"] = run.kv_peak;
+    j["kv_budget_bytes"] = run.kv_budget;  // 0: no limit
+    j["context_buckets"] = run.context_buckets;
+    j["steps_per_bucket"] = run.steps_per_bucket;
     if (!first_error.empty()) j["first_error"] = first_error;
     std::printf("%s\n", j.dump().c_str());
   }
@@ -570,7 +763,7 @@ int RunContextSweep(const std::vector<std::string>& args) {
                     o.max_model_lens.front());
   }
   const IsaLevel isa = ChooseIsa(o.isa);
-  const std::string model_dir = o.model.empty() ? MaterializeDefaultModel() : o.model;
+  const std::string model_dir = ModelDirOrDefault(o.model);
   const int64_t model_max = LoadModelConfig(model_dir).max_position_embeddings;
   if (o.max_model_lens.back() > model_max) {
     throw MakeError("--max-model-len-list: ", o.max_model_lens.back(),

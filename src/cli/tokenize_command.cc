@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/flags.h"
 #include "core/error.h"
 #include "core/model_directory.h"
 #include "core/regular_file.h"
@@ -33,26 +34,39 @@ struct TokenizeOptions {
   std::optional<std::string> decode;
 };
 
+// Each flag once.
+void SetOnce(std::optional<std::string>& slot, const char* flag, const std::string& value) {
+  if (slot) throw UsageError(std::string(flag) + " given twice");
+  slot = value;
+}
+
+const std::vector<Flag<TokenizeOptions>>& Flags() {
+  static const std::vector<Flag<TokenizeOptions>> flags = {
+      {"--tokenizer", "FILE", "a tokenizer.json",
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.tokenizer_path, "--tokenizer", v); }},
+      {"--model", "DIR", "a model directory (its tokenizer.json)",
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.model_dir, "--model", v); }},
+      {"--text", "T", "text to encode", [](TokenizeOptions& f, const std::string& v) { SetOnce(f.text, "--text", v); }},
+      {"--file", "F", "file whose bytes to encode",
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.file, "--file", v); }},
+      {"--decode", "1,2,3", "token ids to decode",
+       [](TokenizeOptions& f, const std::string& v) { SetOnce(f.decode, "--decode", v); }},
+  };
+  return flags;
+}
+
 TokenizeOptions ParseOptions(const std::vector<std::string>& args) {
   TokenizeOptions options;
-  std::optional<std::string> tokenizer;
-  std::optional<std::string> model;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    std::optional<std::string>* target = flag == "--tokenizer" ? &tokenizer
-                                         : flag == "--model"   ? &model
-                                         : flag == "--text"    ? &options.text
-                                         : flag == "--file"    ? &options.file
-                                         : flag == "--decode"  ? &options.decode
-                                                               : nullptr;
-    if (target == nullptr) throw UsageError("unknown argument \"" + flag + "\"");
-    if (i + 1 == args.size()) throw UsageError(flag + " needs a value");
-    if (target->has_value()) throw UsageError(flag + " given twice");
-    *target = args[++i];
+  try {
+    ParseFlags("tokenize", args, Flags(), options);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
   }
-  if (tokenizer.has_value() == model.has_value()) throw UsageError("give exactly one of --tokenizer and --model");
-  options.tokenizer_path = tokenizer;
-  options.model_dir = model;
+  if (options.tokenizer_path.has_value() == options.model_dir.has_value()) {
+    throw UsageError("give exactly one of --tokenizer and --model");
+  }
   const int inputs = options.text.has_value() + options.file.has_value() + options.decode.has_value();
   if (inputs != 1) throw UsageError("give exactly one of --text, --file and --decode");
   return options;
@@ -98,6 +112,11 @@ Tokenizer LoadTokenizer(const TokenizeOptions& options) {
 int RunTokenizeCommand(const std::vector<std::string>& args) { return RunTokenizeCommand(args, std::cout, std::cerr); }
 
 int RunTokenizeCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (WantsHelp(args)) {
+    out << kUsage << "\n";
+    PrintFlagHelp(out, Flags());
+    return 0;
+  }
   try {
     const TokenizeOptions options = ParseOptions(args);
     // The input first: a bad --file is reported before the tokenizer takes its second to load.

@@ -17,8 +17,10 @@ struct Engine::Request {
   StopChecker stop;
   std::optional<SequenceState> state;  // while running
   int64_t cached_tokens = 0;
-  int64_t offered_blocks = 0;   // full blocks already offered to the prefix cache
-  int64_t logits_returned = 0;  // positions whose logits went out (a recompute does not resend)
+  int64_t offered_blocks = 0;                   // full blocks already offered to the prefix cache
+  int64_t logits_returned = 0;                  // positions whose logits went out (a recompute does not resend)
+  std::optional<ConstraintMatcher> constraint;  // with params.constraint: at the end of the output
+  std::vector<uint64_t> allowed;                // its token mask, one bit per vocabulary id
 
   Request(RequestId id_, uint64_t arrival_, RequestParams params_, uint64_t seed, int eos, const Tokenizer* tokenizer)
       : id(id_),
@@ -27,7 +29,13 @@ struct Engine::Request {
         tokens(params.prompt),
         prompt_length(static_cast<int64_t>(params.prompt.size())),
         rng(seed),
-        stop(params.stop, eos, tokenizer) {}
+        stop(params.stop, eos, tokenizer) {
+    if (params.constraint) {
+      std::vector<int32_t> end_tokens = params.stop.stop_token_ids;
+      end_tokens.push_back(eos);
+      constraint.emplace(params.constraint, std::move(end_tokens));
+    }
+  }
 
   std::span<const int32_t> output() const { return std::span<const int32_t>(tokens).subspan(prompt_length); }
   int64_t pending_tokens() const { return static_cast<int64_t>(tokens.size()) - state->length; }
@@ -124,6 +132,11 @@ RequestId Engine::Add(RequestParams params) {
   ValidateStopParams(params.stop, static_cast<size_t>(c.vocab_size));
   if (!params.stop.stop.empty() && tokenizer_ == nullptr) {
     throw MakeError("request: stop strings need a tokenizer, and this engine has none");
+  }
+  if (params.constraint && params.stop.ignore_eos) {
+    throw MakeError(
+        "request: ignore_eos cannot be combined with structured output (the output ends with EOS "
+        "once the constraint is complete)");
   }
   const RequestId id = next_id_++;
   const uint64_t seed = params.seed ? *params.seed : seed_source_.Next();
@@ -328,16 +341,25 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
       update.logits.assign(fresh.begin(), fresh.end());
       continue;
     }
+    TokenMask allowed;
+    if (r.constraint) {
+      if (const std::optional<std::string> dead_end = ConstrainNext(r, vocab)) {
+        Finish(r, FinishReason::kError, *dead_end, updates);
+        continue;
+      }
+      allowed = r.allowed;
+    }
     SampleResult sample;
     try {
       sample = Sample(
           row_logits, r.params.sampling,
           TokenHistory{.prompt = std::span<const int32_t>(r.tokens).first(r.prompt_length), .output = r.output()},
-          r.rng);
+          r.rng, allowed);
     } catch (const Error& error) {
       Finish(r, FinishReason::kError, error.what(), updates);
       continue;
     }
+    if (r.constraint) DI_CHECK(r.constraint->Accept(sample.token), "sampled token ", sample.token, " outside the mask");
     r.tokens.push_back(sample.token);
     ++stats_.generated_tokens;
     StopStep stop = r.stop.Append(sample.token);
@@ -356,6 +378,22 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
   }
 }
 
+std::optional<std::string> Engine::ConstrainNext(Request& r, int64_t vocab) {
+  ConstraintMatcher& matcher = *r.constraint;
+  DI_CHECK(matcher.num_accepted() == r.output().size(), "the constraint stands at token ", matcher.num_accepted(),
+           " of an output of ", r.output().size());
+  r.allowed.resize((static_cast<size_t>(vocab) + 63) / 64);
+  matcher.FillNextTokenMask(r.allowed);
+  if (vocab % 64 != 0) r.allowed.back() &= (uint64_t{1} << (vocab % 64)) - 1;  // ids the model does not have
+  for (uint64_t word : r.allowed) {
+    if (word != 0) return std::nullopt;
+  }
+  const std::string& what = matcher.constraint().options().description;
+  return "structured output" + (what.empty() ? "" : " (" + what + ")") + ": no token of the model's " +
+         std::to_string(vocab) + "-token vocabulary can continue the output after " +
+         std::to_string(r.output().size()) + " tokens; the constraint expects " + matcher.Expected();
+}
+
 EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.running = running_.size();
@@ -364,6 +402,7 @@ EngineStats Engine::stats() const {
   s.kv_held_bytes = pool_->held_bytes();
   s.kv_peak_bytes = pool_->peak_held_bytes();
   s.kv_in_use_bytes = pool_->in_use_bytes();
+  s.kv_pages_in_use = pool_->pages_in_use();
   if (prefix_cache_) {
     s.prefix = prefix_cache_->stats();
     s.prefix_cached_blocks = prefix_cache_->cached_blocks();

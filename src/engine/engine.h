@@ -5,6 +5,15 @@
 //   RequestId id = engine.Add({.prompt = ids, .sampling = ..., .stop = ...});
 //   while (!engine.idle()) for (const RequestUpdate& u : engine.Step()) ...;  // stream u
 //
+// Structured output: a request may carry a Constraint (structured/constraint.h, built by
+// CompileStructuredOutput in chat/structured_output.h). Each request gets its own matcher (so `n`
+// choices are `n` requests sharing one compiled constraint); before each sample its token mask
+// is applied to the raw logits (sampler.h step 0), the sampled token advances it, and EOS / stop
+// token ids are allowed exactly when the document is complete. A preempted request keeps its
+// generated tokens and its matcher (the recompute samples nothing), so the matcher always stands
+// at the end of the output. When no token can continue, the request finishes with kError saying
+// what the constraint expected. Requests without a constraint take exactly the old path.
+//
 // Exactness: each request's tokens and logprobs are the ones it produces when run alone,
 // whatever else runs, in whatever order requests arrive, under any token budget, after
 // preemption, and when its prefix comes from the cache. This holds because the forward is
@@ -26,6 +35,7 @@
 #include "engine/sampler.h"
 #include "engine/stop_conditions.h"
 #include "model/model.h"
+#include "structured/constraint.h"
 
 namespace deepinfer {
 
@@ -42,6 +52,8 @@ struct RequestParams {
   // Hand back the fp32 logits of every position run (prompt and output), as the updates'
   // `logits`. Such a request never adopts a cached prefix (those positions would have none).
   bool return_logits = false;
+  // Structured output (see the header comment); null: unconstrained. Not with stop.ignore_eos.
+  std::shared_ptr<const Constraint> constraint = nullptr;
 };
 
 struct GeneratedToken {
@@ -92,6 +104,7 @@ struct EngineStats {
   uint64_t kv_held_bytes = 0;  // pool memory now (pages in use, cached and kept free)
   uint64_t kv_peak_bytes = 0;  // the most the pool ever held
   uint64_t kv_in_use_bytes = 0;
+  uint64_t kv_pages_in_use = 0;  // referenced by a request or the prefix cache
   size_t prefix_cached_blocks = 0;
   PrefixCache::Stats prefix = {};
   std::vector<uint64_t> steps_per_bucket;  // parallel to context_buckets()
@@ -140,6 +153,8 @@ class Engine {
   void Preempt(Request& request);
   void Finish(Request& request, FinishReason reason, std::string error, std::vector<RequestUpdate>& updates);
   void RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUpdate>& updates);
+  // Fills the request's token mask for its next token; the error when no token can continue.
+  std::optional<std::string> ConstrainNext(Request& request, int64_t vocab);
 
   const Model& model_;
   ComputeContext ctx_;

@@ -31,10 +31,12 @@ void CheckHistory(std::span<const int32_t> ids, size_t vocab_size, const char* w
   }
 }
 
-// The adjusted logits of steps 1-2 with the +inf rule applied: forced tokens become 0 and the
+bool Allowed(TokenMask allowed, size_t id) { return (allowed[id >> 6] >> (id & 63)) & 1; }
+
+// The adjusted logits of steps 0-2 with the +inf rule applied: forced tokens become 0 and the
 // rest -inf, so the later steps need no special case.
 std::vector<float> AdjustedLogits(std::span<const float> logits, const SamplingParams& params,
-                                  const TokenHistory& history) {
+                                  const TokenHistory& history, TokenMask allowed) {
   DI_CHECK(!logits.empty());
   ValidateSamplingParams(params, logits.size());
   CheckHistory(history.prompt, logits.size(), "prompt");
@@ -45,11 +47,23 @@ std::vector<float> AdjustedLogits(std::span<const float> logits, const SamplingP
   }
   ApplyLogitBias(adjusted, params);
   ApplyPenalties(adjusted, params, history);
+  if (!allowed.empty()) {
+    // Step 0, applied after 1-2 so that a +inf bias cannot revive a forbidden token; -inf stays
+    // -inf through the penalties, so for every other token this equals masking first.
+    DI_CHECK(allowed.size() * 64 >= adjusted.size(), "token mask of ", allowed.size(), " words for ", adjusted.size(),
+             " logits");
+    for (size_t i = 0; i < adjusted.size(); ++i) {
+      if (!Allowed(allowed, i)) adjusted[i] = -INFINITY;
+    }
+  }
   bool any_forced = false;
   bool any_allowed = false;
   for (float v : adjusted) {
     any_forced |= v == INFINITY;
     any_allowed |= v != -INFINITY;
+  }
+  if (!any_allowed && !allowed.empty()) {
+    throw MakeError("sampling: logit_bias forbids every token the output constraint allows, so nothing can be sampled");
   }
   if (!any_allowed) {
     throw MakeError("sampling: logit_bias forbids every token of the vocabulary (all ", adjusted.size(),
@@ -225,8 +239,8 @@ void ApplyPenalties(std::span<float> logits, const SamplingParams& params, const
 }
 
 std::vector<double> SamplingDistribution(std::span<const float> logits, const SamplingParams& params,
-                                         const TokenHistory& history) {
-  const std::vector<float> adjusted = AdjustedLogits(logits, params, history);
+                                         const TokenHistory& history, TokenMask allowed) {
+  const std::vector<float> adjusted = AdjustedLogits(logits, params, history, allowed);
   if (params.temperature == 0.0f) {
     std::vector<double> one_hot(logits.size(), 0.0);
     one_hot[Argmax(adjusted)] = 1.0;
@@ -250,9 +264,9 @@ std::vector<float> LogSoftmax(std::span<const float> logits) {
   return out;
 }
 
-SampleResult Sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
-                    Rng& rng) {
-  const std::vector<float> adjusted = AdjustedLogits(logits, params, history);
+SampleResult Sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng,
+                    TokenMask allowed) {
+  const std::vector<float> adjusted = AdjustedLogits(logits, params, history, allowed);
   SampleResult result;
   if (params.temperature == 0.0f) {
     result.token = Argmax(adjusted);
@@ -272,10 +286,25 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
     }
   }
   if (params.logprobs) {
-    // The raw model distribution (vLLM's default), not the processed one: see the header.
+    // The raw model distribution (vLLM's default), not the processed one: see the header. Under a
+    // constraint, the raw row with the forbidden tokens at -inf.
+    std::vector<float> masked;
+    size_t candidates = logits.size();
+    if (!allowed.empty()) {
+      masked.assign(logits.begin(), logits.end());
+      candidates = 0;
+      for (size_t i = 0; i < masked.size(); ++i) {
+        if (Allowed(allowed, i)) {
+          ++candidates;
+        } else {
+          masked[i] = -INFINITY;
+        }
+      }
+      logits = masked;
+    }
     const std::vector<float> logprobs = LogSoftmax(logits);
     result.logprob = logprobs[result.token];
-    const size_t n = std::min(static_cast<size_t>(*params.logprobs), logits.size());
+    const size_t n = std::min(static_cast<size_t>(*params.logprobs), candidates);
     std::vector<int32_t> ids(logits.size());
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),

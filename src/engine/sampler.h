@@ -2,6 +2,10 @@
 // server. Everything here is a pure function of (logits, params, token history, rng state).
 //
 // Processing order (each step sees the previous step's output):
+//   0. constraint mask    with a structured-output constraint (`allowed`, constraint.h), a token
+//                         outside the mask is forbidden: its logit is -inf from here on, and it
+//                         stays -inf through steps 1-2 (not even a +inf logit_bias brings it back),
+//                         so it can never be sampled. Without a constraint this step does nothing.
 //   1. logit bias         l[id] += bias[id]                          (OpenAI `logit_bias`)
 //   2. penalties          repetition, then frequency, then presence  (vLLM's order)
 //        repetition:      for each distinct id in prompt + output: l > 0 ? l / r : l * r
@@ -27,7 +31,10 @@
 // Logprobs: like vLLM's default (`logprobs_mode = raw_logprobs`), reported logprobs are the
 // log-softmax of the ORIGINAL logits row passed in, before bias, penalties, temperature and
 // truncation -- the model's own distribution, not the one sampled from. A forced or filtered
-// token therefore still gets its model logprob.
+// token therefore still gets its model logprob. Under a constraint the row is the model's logits
+// with the forbidden tokens at -inf (step 0), as vLLM reports them with a grammar bitmask: the
+// model's distribution renormalised over what the constraint allows; top_logprobs lists allowed
+// tokens only (fewer than asked when fewer are allowed).
 //
 // Seeds: each sequence owns its `Rng`, built from the request's seed, and nothing else draws from
 // it; results never depend on batching or on other requests.
@@ -100,15 +107,20 @@ void ValidateSamplingParams(const SamplingParams& params, size_t vocab_size);
 void ApplyLogitBias(std::span<float> logits, const SamplingParams& params);
 void ApplyPenalties(std::span<float> logits, const SamplingParams& params, const TokenHistory& history);
 
-// Steps 1-6: the probabilities Sample draws from (one-hot on the greedy token at temperature
+// A constraint's allowed next tokens: bit t % 64 of word t / 64 (at least one bit per logit);
+// empty: no constraint.
+using TokenMask = std::span<const uint64_t>;
+
+// Steps 0-6: the probabilities Sample draws from (one-hot on the greedy token at temperature
 // 0); filtered tokens have probability exactly 0.
 std::vector<double> SamplingDistribution(std::span<const float> logits, const SamplingParams& params,
-                                         const TokenHistory& history);
+                                         const TokenHistory& history, TokenMask allowed = {});
 
 // log_softmax(logits) in double, returned as float.
 std::vector<float> LogSoftmax(std::span<const float> logits);
 
-SampleResult Sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng);
+SampleResult Sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng,
+                    TokenMask allowed = {});
 
 // Sample without history (penalties see no tokens), returning only the token.
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, Rng& rng);

@@ -316,6 +316,15 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_to
   return Utf8Lossy(bytes);
 }
 
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  std::string bytes;
+  if (id < 0 || static_cast<size_t>(id) >= impl_->token_by_id.size() || impl_->kind_by_id[id] == IdKind::kNone) {
+    return bytes;
+  }
+  impl_->alphabet.AppendTokenBytes(impl_->token_by_id[id], bytes);
+  return bytes;
+}
+
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
   const auto it = impl_->id_by_token.find(std::string(token));
   if (it == impl_->id_by_token.end()) return std::nullopt;

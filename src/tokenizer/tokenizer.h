@@ -57,6 +57,10 @@ class Tokenizer {
   // that do not form valid UTF-8 become U+FFFD per maximal invalid subsequence.
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
+  // The raw bytes one token stands for (possibly not valid UTF-8: a piece of a character), as
+  // OpenAI's logprobs `bytes` report them; "" for ids that name no token.
+  std::string TokenBytes(int32_t id) const;
+
   std::optional<int32_t> TokenToId(std::string_view token) const;
   // The stored token text (byte-level alphabet for vocabulary tokens); throws for unknown ids.
   std::string IdToToken(int32_t id) const;

@@ -55,12 +55,12 @@ TEST(CacheLayoutTest, BlockSizeMustBeAMultipleOfEveryRatio) {
         return std::string();
       }(),
       HasSubstr("KV cache block size 5 is not a multiple of layer 1's compress ratio 2"));
-  const CacheLayout& layout = *SmallLayout();
-  EXPECT_EQ(layout.window_entry_bytes, 64 + 2);
-  EXPECT_EQ(layout.window_page_bytes, 2 * 4 * 66);
-  EXPECT_EQ(layout.compressed_entry_bytes, 32 + 4 + 16 + 1);
-  EXPECT_EQ(layout.compressed_page_bytes, 2 * 53);
-  EXPECT_EQ(layout.state_page_bytes, 1 * 64 * 2 * 4);
+  const std::shared_ptr<const CacheLayout> layout = SmallLayout();
+  EXPECT_EQ(layout->window_entry_bytes, 64 + 2);
+  EXPECT_EQ(layout->window_page_bytes, 2 * 4 * 66);
+  EXPECT_EQ(layout->compressed_entry_bytes, 32 + 4 + 16 + 1);
+  EXPECT_EQ(layout->compressed_page_bytes, 2 * 53);
+  EXPECT_EQ(layout->state_page_bytes, 1 * 64 * 2 * 4);
 }
 
 TEST(PagePoolTest, NeverHoldsMoreThanItsBudget) {

@@ -114,6 +114,29 @@ TEST(ChatOutputParser, MalformedBlockFailsEarlyAsContent) {
   EXPECT_TRUE(parser.Finish().empty());
 }
 
+// tool_choice "none": a well-formed block stays content, byte for byte, however it is chunked;
+// reasoning is still split off.
+TEST(ChatOutputParser, WithoutToolCallsDsmlStaysContent) {
+  const std::string block =
+      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n"
+      "<｜DSML｜ parameter name=\"n\" string=\"false\">1</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  const std::string text = "why</think>ok" + block + "\n\n<｜DSML｜ calls" + "<｜end▁of▁sentence｜>";
+  for (const size_t piece : {size_t{1}, size_t{3}, text.size()}) {
+    ChatOutputParser parser(/*thinking=*/true, /*tool_calls=*/false);
+    ChatOutputDelta total;
+    for (size_t pos = 0; pos < text.size(); pos += piece) {
+      const ChatOutputDelta d = parser.Feed(std::string_view(text).substr(pos, piece));
+      total.reasoning_content += d.reasoning_content;
+      total.content += d.content;
+      EXPECT_TRUE(d.tool_calls.empty());
+    }
+    const ChatOutputDelta end = parser.Finish();
+    total.content += end.content;
+    EXPECT_EQ(total.reasoning_content, "why") << "piece " << piece;
+    EXPECT_EQ(total.content, "ok" + block + "\n\n<｜DSML｜ calls") << "piece " << piece;
+  }
+}
+
 TEST(ChatOutputParser, FeedAfterFinishIsAnInternalError) {
   ChatOutputParser parser(/*thinking=*/false);
   parser.Finish();

@@ -499,5 +499,73 @@ TEST(SamplerTest, RealVocabularySizeWithAllControls) {
   EXPECT_NEAR(std::accumulate(probs.begin(), probs.end(), 0.0), 1.0, 1e-12);
 }
 
+// Step 0: a constraint's mask forbids tokens before everything else, for good.
+TEST(SamplerTest, ConstraintMaskForbidsTokensWhateverTheOtherControls) {
+  const std::vector<float> logits = RandomLogits(200, 3);
+  std::vector<uint64_t> mask(4, 0);
+  const std::vector<int32_t> allowed = {5, 70, 71, 150, 199};
+  for (int32_t t : allowed) mask[t >> 6] |= uint64_t{1} << (t & 63);
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.top_k = 3;
+  params.logit_bias = {{6, INFINITY}, {70, 1.0f}};  // a +inf bias cannot revive token 6
+  const std::vector<double> probs = SamplingDistribution(logits, params, TokenHistory{}, mask);
+  double total = 0;
+  for (size_t t = 0; t < probs.size(); ++t) {
+    const bool ok = std::find(allowed.begin(), allowed.end(), static_cast<int32_t>(t)) != allowed.end();
+    if (!ok) {
+      EXPECT_EQ(probs[t], 0.0) << "token " << t;
+    }
+    total += probs[t];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  Rng rng(9);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t token = Sample(logits, params, TokenHistory{}, rng, mask).token;
+    ASSERT_NE(std::find(allowed.begin(), allowed.end(), token), allowed.end());
+  }
+  // Greedy: the best allowed token.
+  SamplingParams greedy;
+  int32_t best = allowed[0];
+  for (int32_t t : allowed) {
+    if (logits[t] > logits[best]) best = t;
+  }
+  EXPECT_EQ(Sample(logits, greedy, TokenHistory{}, rng, mask).token, best);
+  // Every allowed token biased away: a clear error.
+  SamplingParams none;
+  for (int32_t t : allowed) none.logit_bias[t] = -INFINITY;
+  EXPECT_THAT([&] { Sample(logits, none, TokenHistory{}, rng, mask); },
+              ThrowsMessage<Error>(HasSubstr("logit_bias forbids every token the output constraint allows")));
+}
+
+TEST(SamplerTest, LogprobsUnderAConstraintAreRenormalisedOverTheAllowedTokens) {
+  const std::vector<float> logits = RandomLogits(100, 4);
+  std::vector<uint64_t> mask(2, 0);
+  for (int32_t t : {2, 30, 64, 99}) mask[t >> 6] |= uint64_t{1} << (t & 63);
+  SamplingParams params;
+  params.logprobs = 10;
+  Rng rng(1);
+  const SampleResult r = Sample(logits, params, TokenHistory{}, rng, mask);
+  double z = 0;
+  for (int32_t t : {2, 30, 64, 99}) z += std::exp(static_cast<double>(logits[t]));
+  ASSERT_EQ(r.top_logprobs.size(), 4u);  // fewer than asked: only allowed tokens are listed
+  double total = 0;
+  for (const TokenLogprob& t : r.top_logprobs) {
+    EXPECT_NEAR(t.logprob, logits[t.token] - std::log(z), 1e-6);
+    total += std::exp(static_cast<double>(t.logprob));
+  }
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  EXPECT_EQ(r.logprob, r.top_logprobs[0].logprob);  // greedy took the best allowed token
+  // Without a mask nothing changes (the same call as before constraints existed).
+  Rng a(5), b(5);
+  SamplingParams sampled;
+  sampled.temperature = 0.7f;
+  sampled.logprobs = 3;
+  const SampleResult plain = Sample(logits, sampled, TokenHistory{}, a);
+  const SampleResult empty_mask = Sample(logits, sampled, TokenHistory{}, b, TokenMask{});
+  EXPECT_EQ(plain.token, empty_mask.token);
+  EXPECT_EQ(plain.logprob, empty_mask.logprob);
+}
+
 }  // namespace
 }  // namespace deepinfer

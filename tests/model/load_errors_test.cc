@@ -568,7 +568,7 @@ TEST_F(LoadErrorsTest, ShardTruncatedWhileMappedIsAnErrorNamingTheFile) {
     const ForwardItem item{&state, tokens, false};
     [[maybe_unused]] const AbandonedFramesMayLeak abandoned;
     EXPECT_THAT(ErrorOf([&] {
-                  model->Forward({&item, 1}, *pool_);
+                  model->Forward({&item, 1}, one);
                 }),
                 StartsWith(shard.string() + ": the file was truncated or replaced while the model was using it"));
   }

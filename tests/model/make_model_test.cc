@@ -109,6 +109,48 @@ TEST(MakeModel, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
   EXPECT_EQ(state.length, static_cast<int64_t>(prompt.size()) + 2);
 }
 
+// The project tokenizer, read once.
+const TokenizerFacts& ProjectTokenizer() {
+  static const TokenizerFacts facts = ReadTokenizerFacts(DEEPINFER_SOURCE_DIR "/data/tokenizer/tokenizer.json");
+  return facts;
+}
+
+std::string ArgError(const std::vector<std::string>& args) {
+  try {
+    RunMakeModelCommand(args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The tiny preset: tiny-a's dimensions with the tokenizer's whole vocabulary, so chat text runs.
+TEST(MakeModel, TinyPresetCoversTheTokenizerAndRuns) {
+  ScratchDir scratch;
+  const std::string dir = (scratch.path() / "tiny").string();
+  ASSERT_EQ(RunMakeModelCommand({"--preset", "tiny", "--out", dir, "--threads", "2"}), 0);
+  const std::unique_ptr<Model> model = Model::Load(dir);
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.vocab_size, ProjectTokenizer().size);
+  EXPECT_EQ(c.engram_compressed_vocab_size, ProjectTokenizer().engram_compressed_vocab);
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.num_layers, 8);
+  EXPECT_EQ(c.n_routed_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.max_position_embeddings, 4096);
+  ThreadPool pool(2);
+  SequenceState state = model->NewSequence();
+  // Ids from the top of the tokenizer: the chat-format tokens <｜User｜> and <｜Assistant｜>.
+  const std::vector<int32_t> prompt = {0, 128803, 19923, 128804};
+  ForwardItem prefill{&state, prompt, true};
+  ExpectFinite(model->Forward({&prefill, 1}, pool), "tiny prefill");
+
+  // A smaller vocabulary is allowed; one beyond the tokenizer is not.
+  EXPECT_THAT(ArgError({"--preset", "tiny", "--out", (scratch.path() / "big").string(), "--vocab", "200000"}),
+              HasSubstr("--vocab: expected 3..129280"));
+}
+
 MakeModelOptions Slice(int layers) {
   MakeModelOptions o;
   o.preset = "v41-flash-slice";
@@ -136,7 +178,7 @@ TEST(MakeModel, LayerScheduleFollowsTheDocumentedRule) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE("layers = " + std::to_string(k.layers));
-    const ModelConfig c = ParseModelConfig(MakeSliceConfigJson(Slice(k.layers)), "test");
+    const ModelConfig c = ParseModelConfig(MakeModelConfigJson(Slice(k.layers), ProjectTokenizer()), "test");
     EXPECT_EQ(c.compress_ratios, k.ratios);
     EXPECT_EQ(c.kv_source_layers, k.kv);
     EXPECT_EQ(c.index_source_layers, k.index);
@@ -145,29 +187,29 @@ TEST(MakeModel, LayerScheduleFollowsTheDocumentedRule) {
     for (const int layer : k.index) EXPECT_EQ(c.roles[layer].uses_candidates, layer > k.candidates);
   }
   // All 40 layers validate too (the released backbone length).
-  EXPECT_NO_THROW(ParseModelConfig(MakeSliceConfigJson(Slice(40)), "test"));
+  EXPECT_NO_THROW(ParseModelConfig(MakeModelConfigJson(Slice(40), ProjectTokenizer()), "test"));
 }
 
 TEST(MakeModel, EngramTablesHoldEveryHashBucket) {
   // Default: engram_vocab_size 4000, rows = each layer's exact prime sum.
-  const ModelConfig c = ParseModelConfig(MakeSliceConfigJson(Slice(6)), "test");
+  const ModelConfig c = ParseModelConfig(MakeModelConfigJson(Slice(6), ProjectTokenizer()), "test");
   EXPECT_EQ(c.engram_vocab_size, 4000);
   ASSERT_EQ(c.engram_num_embeddings.size(), 2u);
-  EXPECT_EQ(c.engram_num_embeddings, EngramPrimeSums(4000, 2));
+  EXPECT_EQ(c.engram_num_embeddings, EngramPrimeSums(4000, 2, 8));
   EXPECT_LT(c.engram_num_embeddings[0], c.engram_num_embeddings[1]);
   EXPECT_GT(c.engram_num_embeddings[0], 24 * 4000);
 
   // --engram-rows R: both tables R rows, the largest engram_vocab_size whose sums fit.
   MakeModelOptions o = Slice(6);
   o.engram_rows = 50000;
-  const ModelConfig r = ParseModelConfig(MakeSliceConfigJson(o), "test");
+  const ModelConfig r = ParseModelConfig(MakeModelConfigJson(o, ProjectTokenizer()), "test");
   EXPECT_EQ(r.engram_num_embeddings, (std::vector<int64_t>{50000, 50000}));
-  EXPECT_LE(EngramPrimeSums(r.engram_vocab_size, 2).back(), 50000);
-  EXPECT_GT(EngramPrimeSums(r.engram_vocab_size + 1, 2).back(), 50000);
+  EXPECT_LE(EngramPrimeSums(r.engram_vocab_size, 2, 8).back(), 50000);
+  EXPECT_GT(EngramPrimeSums(r.engram_vocab_size + 1, 2, 8).back(), 50000);
 
   o.engram_rows = 100;
   try {
-    (void)MakeSliceConfigJson(o);
+    (void)MakeModelConfigJson(o, ProjectTokenizer());
     ADD_FAILURE() << "expected an error for too few Engram rows";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("--engram-rows"));
@@ -175,20 +217,11 @@ TEST(MakeModel, EngramTablesHoldEveryHashBucket) {
   }
 }
 
-std::string ArgError(const std::vector<std::string>& args) {
-  try {
-    RunMakeModelCommand(args);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(MakeModel, ArgumentErrorsAreReported) {
   const std::vector<std::string> base = {"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8"};
   EXPECT_THAT(ArgError(base), HasSubstr("--out DIR is required"));
   EXPECT_THAT(ArgError({"--preset", "v4-pro", "--layers", "2", "--experts", "8", "--out", "x"}),
-              HasSubstr("--preset: unknown preset 'v4-pro' (available: v41-flash-slice)"));
+              HasSubstr("--preset: unknown preset 'v4-pro' (available: v41-flash-slice, tiny)"));
   EXPECT_THAT(ArgError({"--layers", "2", "--experts", "8", "--out", "x"}), HasSubstr("--preset is required"));
   EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--experts", "8", "--out", "x"}),
               HasSubstr("--layers is required"));

@@ -93,6 +93,16 @@ TEST(TokenizerTest, DecodeJoinsBytesAcrossTokensAndSkipsUnknownIds) {
   EXPECT_EQ(tokenizer.Decode(std::vector<int32_t>{-5, 33310, 129280, 1 << 30}), "hello");
 }
 
+TEST(TokenizerTest, TokenBytesAreTheRawPieces) {
+  const Tokenizer& tokenizer = DefaultTokenizer();
+  // One byte of a three-byte character, not U+FFFD: what logprobs' `bytes` report.
+  EXPECT_EQ(tokenizer.TokenBytes(*tokenizer.TokenToId("ä")), "\xE4");
+  EXPECT_EQ(tokenizer.TokenBytes(33310), "hello");
+  EXPECT_EQ(tokenizer.TokenBytes(128803), "<｜User｜>");
+  EXPECT_EQ(tokenizer.TokenBytes(-1), "");
+  EXPECT_EQ(tokenizer.TokenBytes(129280), "");
+}
+
 TEST(TokenizerTest, RejectsMalformedFiles) {
   const auto message_of = [](std::string_view json) {
     try {

@@ -79,6 +79,8 @@ std::vector<IsaLevel> SupportedIsaLevels() {
   return levels;
 }
 
+std::vector<IsaLevel> CompiledIsaLevels() { return {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}; }
+
 IsaLevel ChooseIsa(std::optional<IsaLevel> forced) {
   const IsaLevel detected = DetectIsa();
   if (!forced) return detected;

@@ -22,6 +22,8 @@ IsaLevel DetectIsa();
 bool CpuHasAvx512Bf16();
 // Every level up to the detected one, lowest first: what tests run each fast path against.
 std::vector<IsaLevel> SupportedIsaLevels();
+// Every level this binary has kernels for (scalar, AVX2, AVX-512: all are always built).
+std::vector<IsaLevel> CompiledIsaLevels();
 
 struct ComputeContext {
   ThreadPool& pool;
