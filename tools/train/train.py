@@ -85,17 +85,30 @@ def held_out_loss(model, held, bos, length, count):
     return total / n
 
 
-def lr_at(step, steps, peak, warmup):
+def parse_schedule(text):
+    """"0:960,150:560,500:960" -> [(0, 960), (150, 560), (500, 960)]: from each step on, the cosine
+    is the one of a run of that many steps. The committed model was trained with the default: its
+    runs were cut short and later resumed, and this reproduces the learning rates they used."""
+    segments = [tuple(int(v) for v in part.split(":")) for part in text.split(",")]
+    if segments[0][0] != 0 or any(a[0] >= b[0] for a, b in zip(segments, segments[1:])):
+        raise SystemExit(f"--schedule {text}: segments must start at step 0 and increase")
+    return segments
+
+
+def lr_at(step, schedule, peak, warmup):
+    steps = [total for start, total in schedule if start <= step][-1]
     if step < warmup:
         return peak * (step + 1) / warmup
-    t = (step - warmup) / max(steps - warmup, 1)
+    t = min((step - warmup) / max(steps - warmup, 1), 1.0)
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=REPO / "build" / "train")
-    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=960)
+    ap.add_argument("--schedule", default="0:960,150:560,500:960",
+                    help="learning-rate schedule segments START:STEPS (see parse_schedule)")
     ap.add_argument("--lr", type=float, default=2.5e-3)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--text-batch", default="16x256")
@@ -104,8 +117,9 @@ def main():
     ap.add_argument("--save-every", type=int, default=25)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    schedule = parse_schedule(args.schedule)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -139,7 +153,7 @@ def main():
             log.writerow(["step", "kind", "loss", "indexer_kl", "lr", "seconds", "held_out_loss"])
         while step < args.steps:
             t0 = time.time()
-            lr = lr_at(step, args.steps, args.lr, args.warmup)
+            lr = lr_at(step, schedule, args.lr, args.warmup)
             for group in opt.param_groups:
                 group["lr"] = lr
             kind, ids, targets, weights = batches(step)
