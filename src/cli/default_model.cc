@@ -26,6 +26,8 @@
 #define DEEPINFER_DEFAULT_MODEL_FILE(index, name) DEEPINFER_EMBED(di_default_##index, name)
 #include "cli/default_model_files.inc"
 #undef DEEPINFER_DEFAULT_MODEL_FILE
+// DEEPINFER_PROJECT_TOKENIZER: data/tokenizer/tokenizer.json, DEEPINFER_PROJECT_TOKENIZER_SHA256 its hash.
+DEEPINFER_EMBED_FILE(di_project_tokenizer, DEEPINFER_PROJECT_TOKENIZER)
 
 namespace deepinfer {
 namespace {
@@ -37,7 +39,7 @@ struct EmbeddedFile {
   std::string_view bytes;
 };
 
-std::vector<EmbeddedFile> Files() {
+std::vector<EmbeddedFile> DefaultModelFiles() {
   auto view = [](const char* begin, const char* end) { return std::string_view(begin, end - begin); };
   return {
 #define DEEPINFER_DEFAULT_MODEL_FILE(index, name) {name, view(di_default_##index##_begin, di_default_##index##_end)},
@@ -87,7 +89,32 @@ void WriteFile(const fs::path& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
-  if (!out) throw MakeError(path.string(), ": cannot write the default model");
+  if (!out) throw MakeError(path.string(), ": cannot write the file");
+}
+
+// Unpacks `files` once into `<temp>/deepinfer-<uid>/<name>-<hash>` (see MaterializeDefaultModel).
+std::string MaterializeEmbeddedFolder(const fs::path& temp, const std::string& name, std::string_view sha256,
+                                      const std::vector<EmbeddedFile>& files) {
+  const fs::path folder = PrivateFolder(temp);
+  const fs::path target = folder / (name + "-" + std::string(sha256.substr(0, 16)));
+  if (Intact(target, files)) return target.string();
+  // Unpack into a fresh private folder, then rename it into place, so that a concurrent run never
+  // sees a half-written folder; a damaged earlier copy is replaced.
+  std::error_code ec;
+  fs::remove_all(target, ec);
+  std::string scratch = (folder / "unpack-XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr) {
+    throw MakeError(scratch, ": cannot create a folder to unpack the ", name, ": ", std::strerror(errno));
+  }
+  for (const EmbeddedFile& f : files) WriteFile(fs::path(scratch) / f.name, f.bytes);
+  fs::rename(scratch, target, ec);
+  if (ec) {  // another run installed it first
+    fs::remove_all(scratch, ec);
+    if (!Intact(target, files)) {
+      throw MakeError("cannot install the ", name, " at ", target.string(), "; remove it and retry");
+    }
+  }
+  return target.string();
 }
 
 }  // namespace
@@ -97,28 +124,18 @@ std::string ModelDirOrDefault(const std::string& model) { return model.empty() ?
 std::string MaterializeDefaultModel() { return MaterializeDefaultModel(fs::temp_directory_path()); }
 
 std::string MaterializeDefaultModel(const fs::path& temp) {
-  const std::vector<EmbeddedFile> files = Files();
-  const fs::path folder = PrivateFolder(temp);
-  const fs::path target = folder / ("default-model-" + std::string(DEEPINFER_DEFAULT_MODEL_SHA256).substr(0, 16));
-  if (Intact(target, files)) return target.string();
+  return MaterializeEmbeddedFolder(temp, "default-model", DEEPINFER_DEFAULT_MODEL_SHA256, DefaultModelFiles());
+}
 
-  // Unpack into a fresh private folder, then rename it into place, so that a concurrent run never
-  // sees a half-written model; a damaged earlier copy is replaced.
-  std::error_code ec;
-  fs::remove_all(target, ec);
-  std::string scratch = (folder / "unpack-XXXXXX").string();
-  if (::mkdtemp(scratch.data()) == nullptr) {
-    throw MakeError(scratch, ": cannot create a folder to unpack the default model: ", std::strerror(errno));
-  }
-  for (const EmbeddedFile& f : files) WriteFile(fs::path(scratch) / f.name, f.bytes);
-  fs::rename(scratch, target, ec);
-  if (ec) {  // another run installed it first
-    fs::remove_all(scratch, ec);
-    if (!Intact(target, files)) {
-      throw MakeError("cannot install the default model at ", target.string(), "; remove it and retry");
-    }
-  }
-  return target.string();
+std::string MaterializeProjectTokenizer() { return MaterializeProjectTokenizer(fs::temp_directory_path()); }
+
+std::string MaterializeProjectTokenizer(const fs::path& temp) {
+  const std::vector<EmbeddedFile> files = {
+      {"tokenizer.json",
+       std::string_view(di_project_tokenizer_begin, di_project_tokenizer_end - di_project_tokenizer_begin)}};
+  return (fs::path(MaterializeEmbeddedFolder(temp, "project-tokenizer", DEEPINFER_PROJECT_TOKENIZER_SHA256, files)) /
+          "tokenizer.json")
+      .string();
 }
 
 }  // namespace deepinfer

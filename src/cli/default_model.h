@@ -1,6 +1,7 @@
-// The embedded default model: tiny V4.1 checkpoint "tiny-a" (tests/data/models/tiny-a, the
-// golden model that covers every layer role) compiled into the binary, so `deepinfer
-// generate` runs with no download and no --model.
+// The embedded default model: the trained V4.1 checkpoint "kjv-tiny" (tests/data/models/kjv-tiny,
+// tools/train/) compiled into the binary, so `deepinfer generate` runs with no download and no
+// --model; and the project's V4.1 tokenizer (data/tokenizer), which `make-model` writes into the
+// random checkpoints it makes.
 #pragma once
 
 #include <filesystem>
@@ -16,6 +17,11 @@ namespace deepinfer {
 // one; otherwise it is unpacked again. `temp` defaults to the system temp directory (TMPDIR).
 std::string MaterializeDefaultModel();
 std::string MaterializeDefaultModel(const std::filesystem::path& temp);
+
+// The embedded V4.1 tokenizer (129,280 ids), unpacked the same way into
+// `<temp>/deepinfer-<uid>/project-tokenizer-<hash>/`; returns the path of its tokenizer.json.
+std::string MaterializeProjectTokenizer();
+std::string MaterializeProjectTokenizer(const std::filesystem::path& temp);
 
 // `--model DIR` as the commands take it: DIR, or the embedded default when empty.
 std::string ModelDirOrDefault(const std::string& model);

@@ -704,8 +704,7 @@ MakeModelResult MakeModel(const MakeModelOptions& requested) {
   const MakeModelOptions options = WithPresetDefaults(requested);
   Validate(options);
   std::error_code ec;
-  const std::string tokenizer =
-      options.tokenizer.empty() ? (fs::path(MaterializeDefaultModel()) / "tokenizer.json").string() : options.tokenizer;
+  const std::string tokenizer = options.tokenizer.empty() ? MaterializeProjectTokenizer() : options.tokenizer;
   const std::string config_json = MakeModelConfigJson(options, ReadTokenizerFacts(tokenizer));
   const fs::path out(options.out);
   const fs::path config_path = out / "config.json";

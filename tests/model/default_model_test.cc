@@ -13,6 +13,7 @@
 #include "error_of.h"
 #include "model/checkpoint_builder.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -35,6 +36,15 @@ TEST(DefaultModel, UnpacksIntoAPrivateFolderAndLoads) {
   EXPECT_THAT(dir.filename().string(), StartsWith("default-model-"));
   EXPECT_EQ(MaterializeDefaultModel(temp.path()), dir.string());  // reused
   EXPECT_EQ(Model::Load(dir.string())->config().vocab_size, 4096);
+}
+
+TEST(DefaultModel, TheProjectTokenizerUnpacksBesideIt) {
+  ScratchDir temp;
+  const fs::path file = MaterializeProjectTokenizer(temp.path());
+  EXPECT_EQ(file.parent_path().parent_path(), temp.path() / ("deepinfer-" + std::to_string(::geteuid())));
+  EXPECT_THAT(file.parent_path().filename().string(), StartsWith("project-tokenizer-"));
+  EXPECT_EQ(Tokenizer::FromFile(file.string()).size(), 129280u);
+  EXPECT_EQ(MaterializeProjectTokenizer(temp.path()), file.string());  // reused
 }
 
 TEST(DefaultModel, ATamperedCopyIsReplacedNotUsed) {
