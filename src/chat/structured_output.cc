@@ -131,18 +131,15 @@ std::optional<Source> ForcedToolCall(const Json& request) {
   const std::string field = "tool_choice";
   const Json& choice = request["tool_choice"];
   ToolCallChoice forced;
+  if (choice.is_null() || (choice.is_string() && !ForcesToolCall(choice))) return std::nullopt;
   if (choice.is_string()) {
-    const std::string mode = choice.get<std::string>();
-    if (mode == "auto" || mode == "none") return std::nullopt;
-    if (mode != "required") Fail(field, "expected \"auto\", \"none\", \"required\" or a named function");
+    if (choice != "required") Fail(field, "expected \"auto\", \"none\", \"required\" or a named function");
   } else if (choice.is_object()) {
     if (choice.value("type", Json()) != "function" || !choice.contains("function") || !choice["function"].is_object() ||
         !choice["function"].contains("name") || !choice["function"]["name"].is_string()) {
       Fail(field, "expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     forced.function = choice["function"]["name"].get<std::string>();
-  } else if (choice.is_null()) {
-    return std::nullopt;
   } else {
     Fail(field, "expected a string or an object");
   }
@@ -173,7 +170,7 @@ bool ThinkingFromKwargs(const Json& request) {
 
 std::shared_ptr<const Constraint> CompileStructuredOutput(const Json& request,
                                                           std::shared_ptr<const TokenVocabulary> vocabulary,
-                                                          std::optional<bool> thinking) {
+                                                          const StructuredOutputOptions& options) {
   if (!request.is_object()) Fail("request", "expected a JSON object");
   std::vector<Source> sources;
   const auto present = [&](const char* key) { return request.contains(key) && !request[key].is_null(); };
@@ -198,18 +195,23 @@ std::shared_ptr<const Constraint> CompileStructuredOutput(const Json& request,
   if (present("guided_decoding_backend") && request["guided_decoding_backend"] != "auto") {
     Fail("guided_decoding_backend", "only \"auto\" (deepinfer has one structured-output backend)");
   }
-  if (present("tool_choice")) {
+  if (options.tool_choice && present("tool_choice")) {
     if (auto s = ForcedToolCall(request)) sources.push_back(std::move(*s));
   }
   if (sources.empty()) return nullptr;
   if (sources.size() > 1) {
     Fail(sources[1].field, "cannot be combined with " + sources[0].field + " (one output constraint per request)");
   }
-  const bool reasoning = thinking.has_value() ? *thinking : ThinkingFromKwargs(request);
-  ConstraintOptions options;
-  options.description = sources[0].description;
-  if (reasoning) options.free_until = std::string(chat_tokens::kThinkEnd);
-  return std::make_shared<Constraint>(sources[0].grammar, std::move(vocabulary), std::move(options));
+  const bool reasoning = options.thinking.has_value() ? *options.thinking : ThinkingFromKwargs(request);
+  ConstraintOptions constraint;
+  constraint.description = sources[0].description;
+  if (reasoning) constraint.free_until = std::string(chat_tokens::kThinkEnd);
+  return std::make_shared<Constraint>(sources[0].grammar, std::move(vocabulary), std::move(constraint));
+}
+
+bool ForcesToolCall(const Json& tool_choice) {
+  if (tool_choice.is_string()) return tool_choice != "auto" && tool_choice != "none";
+  return tool_choice.is_object();
 }
 
 }  // namespace deepinfer

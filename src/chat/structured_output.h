@@ -41,11 +41,22 @@ class StructuredOutputError : public Error {
   std::string field_;
 };
 
-// nullptr when the request asks for no constraint. `thinking`: whether the prompt opened a
-// reasoning block (the server knows; unset: read chat_template_kwargs). Throws
-// StructuredOutputError.
+struct StructuredOutputOptions {
+  // Whether the prompt opened a reasoning block (the server knows); unset: read
+  // chat_template_kwargs.
+  std::optional<bool> thinking = std::nullopt;
+  // Whether tool_choice is read. False for an API without tools (completions), which ignores it
+  // as any other unknown field.
+  bool tool_choice = true;
+};
+
+// nullptr when the request asks for no constraint. Throws StructuredOutputError.
 std::shared_ptr<const Constraint> CompileStructuredOutput(const nlohmann::ordered_json& request,
                                                           std::shared_ptr<const TokenVocabulary> vocabulary,
-                                                          std::optional<bool> thinking = std::nullopt);
+                                                          const StructuredOutputOptions& options = {});
+
+// Whether a tool_choice value forces a tool call: "required" or a named function. False for
+// "auto", "none" and null; a value of another shape is CompileStructuredOutput's error to report.
+bool ForcesToolCall(const nlohmann::ordered_json& tool_choice);
 
 }  // namespace deepinfer

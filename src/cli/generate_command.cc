@@ -250,7 +250,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   if (const nlohmann::ordered_json structured = StructuredOutputRequest(options); !structured.empty()) {
     if (!tokenizer) throw MakeError(model_dir, ": structured output needs tokenizer.json in the model directory");
     try {
-      constraint = CompileStructuredOutput(structured, TokenVocabulary::FromTokenizer(*tokenizer), options.thinking);
+      constraint = CompileStructuredOutput(structured, TokenVocabulary::FromTokenizer(*tokenizer),
+                                           {.thinking = options.thinking});
     } catch (const StructuredOutputError& e) {
       // The message starts with the request field the flag stands for; name the flag instead.
       const std::string message = e.what();

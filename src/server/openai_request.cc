@@ -217,9 +217,9 @@ void ParseCommon(const Fields& f, const ModelInfo& model, GenerationRequest& r) 
 
 // Structured output (response_format, vLLM's structured_outputs / guided_*, a forced tool call):
 // compiled here, on the HTTP thread, so that the engine thread only applies the masks.
-void Constrain(const Json& body, const ModelInfo& model, bool thinking, GenerationRequest& r) {
+void Constrain(const Json& body, const ModelInfo& model, const StructuredOutputOptions& options, GenerationRequest& r) {
   try {
-    r.params.constraint = CompileStructuredOutput(body, model.vocabulary, thinking);
+    r.params.constraint = CompileStructuredOutput(body, model.vocabulary, options);
   } catch (const StructuredOutputError& e) {
     throw InvalidRequest(e.field(), e.what());
   }
@@ -422,7 +422,7 @@ GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& 
     chat.options.tools = Json();  // the model is not told about them, and output is not parsed for calls
     r.tool_calls = false;
   }
-  const bool forced = tool_choice && !tool_choice->is_null() && !is("none") && !is("auto");
+  const bool forced = tool_choice && ForcesToolCall(*tool_choice);
   if (const auto parallel = f.Bool("parallel_tool_calls"); parallel && !*parallel && !forced) {
     Refuse("parallel_tool_calls",
            "false is supported with a forced tool call (tool_choice \"required\" or a named function) only; "
@@ -470,7 +470,7 @@ GenerationRequest ParseChatCompletionRequest(const Json& body, const ModelInfo& 
     length_field = "max_completion_tokens";
   }
   ApplyLengthLimits(model, r, length_field, max_tokens, std::numeric_limits<int64_t>::max(), "messages");
-  Constrain(body, model, r.thinking, r);
+  Constrain(body, model, {.thinking = r.thinking}, r);
   return r;
 }
 
@@ -528,13 +528,7 @@ GenerationRequest ParseCompletionRequest(const Json& body, const ModelInfo& mode
   ApplyLengthLimits(model, r, "max_tokens", f.Integer("max_tokens", 1, std::numeric_limits<int64_t>::max()), 16,
                     "prompt");
   // Tools belong to chat; here, as other unknown fields, they are ignored.
-  if (body.contains("tool_choice")) {
-    Json without_tools = body;
-    without_tools.erase("tool_choice");
-    Constrain(without_tools, model, /*thinking=*/false, r);
-  } else {
-    Constrain(body, model, /*thinking=*/false, r);
-  }
+  Constrain(body, model, {.thinking = false, .tool_choice = false}, r);
   return r;
 }
 

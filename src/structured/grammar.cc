@@ -37,7 +37,9 @@ struct NfaState {
 
 [[noreturn]] void TooLarge() {
   throw MakeError("the grammar is too large (more than ", GrammarBuilder::kMaxStates,
-                  " automaton states); a repetition count, maxLength or enum is too big");
+                  " automaton states); a repetition count, maxLength or enum is too big, or sub-schemas nest "
+                  "inline too deeply (each inline level multiplies the states; name a nested sub-schema in "
+                  "$defs and $ref it, which compiles it once)");
 }
 
 // A DFA over byte classes and call letters, as subset construction produces it.

@@ -203,6 +203,23 @@ TEST(StructuredOutputTest, EverySourceCompiles) {
       Allows(tool, "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"ping\">\n\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"));
 }
 
+TEST(StructuredOutputTest, ToolChoiceIsIgnoredWhereTheApiHasNoTools) {
+  const auto v = SmallVocabulary();
+  const Json forced = Json::parse(
+      R"({"tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})");
+  EXPECT_NE(CompileStructuredOutput(forced, v), nullptr);
+  EXPECT_EQ(CompileStructuredOutput(forced, v, {.tool_choice = false}), nullptr);
+  EXPECT_EQ(CompileStructuredOutput(Json::parse(R"({"tool_choice": 7})"), v, {.tool_choice = false}), nullptr);
+}
+
+TEST(StructuredOutputTest, WhichToolChoicesForceACall) {
+  EXPECT_TRUE(ForcesToolCall("required"));
+  EXPECT_TRUE(ForcesToolCall(Json::parse(R"({"type": "function", "function": {"name": "f"}})")));
+  EXPECT_FALSE(ForcesToolCall("auto"));
+  EXPECT_FALSE(ForcesToolCall("none"));
+  EXPECT_FALSE(ForcesToolCall(Json()));
+}
+
 TEST(StructuredOutputTest, ThinkingFreesTheReasoning) {
   const auto v = SmallVocabulary();
   const auto c = CompileStructuredOutput(
@@ -214,11 +231,12 @@ TEST(StructuredOutputTest, ThinkingFreesTheReasoning) {
   EXPECT_FALSE(m.IsAllowed(0));                         // no end before the answer
   EXPECT_TRUE(m.IsAllowed(static_cast<int32_t>(256)));  // "</think>"
   // The caller's own knowledge wins over chat_template_kwargs.
-  EXPECT_EQ(CompileStructuredOutput(
-                Json::parse(R"({"guided_choice": ["A"], "chat_template_kwargs": {"thinking": true}})"), v, false)
-                ->options()
-                .free_until,
-            "");
+  EXPECT_EQ(
+      CompileStructuredOutput(Json::parse(R"({"guided_choice": ["A"], "chat_template_kwargs": {"thinking": true}})"), v,
+                              {.thinking = false})
+          ->options()
+          .free_until,
+      "");
 }
 
 TEST(StructuredOutputTest, ErrorsNameTheField) {

@@ -27,6 +27,9 @@ deepinfer_structured_error(unsupported_keyword
                            --json-schema ${structured_data}/unsupported_keyword.json)
 deepinfer_structured_error(deep_schema "^error: --json-schema: .*/deep_schema[.]json: JSON nested deeper than 128 levels [(]at /items/items/"
                            --json-schema ${structured_data}/deep_schema.json)
+# 16 levels of inline arrays: too many states, and the error says how to write it with $ref.
+deepinfer_structured_error(deep_inline_schema "^error: generate: --json-schema: .*too deeply .*[$]defs and [$]ref it"
+                           --json-schema ${structured_data}/deep_inline.json)
 deepinfer_structured_error(schema_not_json "^error: --json-schema: /etc/passwd: not valid JSON: "
                            --json-schema /etc/passwd)
 deepinfer_structured_error(schema_directory "^error: --json-schema: /etc: not a regular file [(]a directory[)]$"
