@@ -166,7 +166,7 @@ def main():
     torch.manual_seed(args.seed)
 
     backbone, cfg, tok = train.build(args.work)
-    backbone.load_state_dict(torch.load(args.work / "backbone.pt")["model"])
+    backbone.load_state_dict(torch.load(args.work / train.TUNED_CHECKPOINT)["model"])
     backbone.requires_grad_(False)
     backbone.eval()
     draft = build(cfg)

@@ -51,7 +51,7 @@ def model_nll(model, ids, bos):
 def perplexity(args):
     torch.set_num_threads(args.threads)
     model, cfg, tok = train.build(args.work)
-    model.load_state_dict(torch.load(args.work / "backbone.pt")["model"])
+    model.load_state_dict(torch.load(args.work / train.TUNED_CHECKPOINT)["model"])
     text = (args.work / "revelation.txt").read_text()
     ids = tok.encode(text, add_special_tokens=False).ids
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")

@@ -130,6 +130,13 @@ def hf_config(cfg):
     return hf
 
 
+def backbone_only_config(cfg):
+    """The config of the model without its DSpark head."""
+    out = {k: v for k, v in cfg.items() if not k.startswith("dspark_") and k != "n_mtp_layers"}
+    out["n_mtp_layers"] = 0
+    return out
+
+
 def write_model_dir(out, cfg, tensors, tokenizer_dir):
     out = Path(out)
     (out / "inference").mkdir(parents=True, exist_ok=True)
@@ -152,11 +159,10 @@ def main():
     ap.add_argument("--no-dspark", action="store_true", help="export the backbone only")
     args = ap.parse_args()
     model, cfg, _ = train.build(args.work)
-    model.load_state_dict(torch.load(args.work / "backbone.pt")["model"])
+    model.load_state_dict(torch.load(args.work / train.TUNED_CHECKPOINT)["model"])
     tensors = backbone_tensors(model, cfg)
     if args.no_dspark:
-        cfg = {k: v for k, v in cfg.items() if not k.startswith("dspark_") and k != "n_mtp_layers"}
-        cfg["n_mtp_layers"] = 0
+        cfg = backbone_only_config(cfg)
     else:
         draft = dspark.build(cfg)
         draft.load_state_dict(torch.load(args.work / "dspark.pt")["model"])

@@ -1,4 +1,5 @@
-"""Loss curves of a training run as PNG plots (tools/train/loss_backbone.png, loss_dspark.png)."""
+"""Loss curves of a training run as PNG plots (tools/train/loss_backbone.png, loss_tuned.png,
+loss_dspark.png)."""
 
 import argparse
 import csv
@@ -44,6 +45,32 @@ def backbone(rows, out):
     fig.savefig(out, dpi=110)
 
 
+def tuned(rows, out):
+    """The unlikelihood fine-tune: its two losses per step, and per round how often the model's
+    own greedy continuations of training prompts loop."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    trained = [r for r in rows if r["mle_loss"]]
+    steps = [int(r["step"]) for r in trained]
+    ax.plot(steps, smooth([float(r["mle_loss"]) for r in trained], 5), label="MLE loss (text and chat batches)")
+    ax.plot(steps, smooth([float(r["ul_loss"]) for r in trained], 5), label="unlikelihood loss")
+    held = [(int(r["step"]), float(r["held_out_loss"])) for r in rows if r["held_out_loss"]]
+    ax.plot([s for s, _ in held], [v for _, v in held], "k.-", label="held-out Revelation loss")
+    ax.set_xlabel("fine-tune step")
+    ax.set_ylabel("nats / token")
+    ax2 = ax.twinx()
+    pool = [(int(r["step"]), 100 * float(r["pool_looping"])) for r in rows if r["pool_looping"]]
+    ax2.plot([s for s, _ in pool], [v for _, v in pool], "s--", color="tab:red",
+             label="greedy continuations that loop, % (at each round's start)")
+    ax2.set_ylabel("%")
+    ax2.set_ylim(0, 100)
+    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper right")
+    ax.set_title("kjv-tiny unlikelihood fine-tune against greedy repetition")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def dspark(rows, out):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     steps = [int(r["step"]) for r in rows]
@@ -71,6 +98,8 @@ def main():
     args = ap.parse_args()
     if (args.work / "backbone_log.csv").exists():
         backbone(read(args.work / "backbone_log.csv"), args.out / "loss_backbone.png")
+    if (args.work / "tuned_log.csv").exists():
+        tuned(read(args.work / "tuned_log.csv"), args.out / "loss_tuned.png")
     if (args.work / "dspark_log.csv").exists():
         dspark(read(args.work / "dspark_log.csv"), args.out / "loss_dspark.png")
 

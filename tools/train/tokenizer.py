@@ -25,6 +25,14 @@ SPECIAL_TOKENS = [
 ]
 
 
+def released_special(content, lineage):
+    """The `special` flag the release gives an added token: the lineage file's, else false. Only
+    BOS, EOS and pad are special; the chat-format markers are not, so that decoding a reply with
+    skip_special_tokens (as servers do) keeps its </think> and DSML markup."""
+    flags = {t["content"]: t["special"] for t in lineage["added_tokens"]}
+    return flags.get(content, False)
+
+
 def train(texts, vocab_size):
     """A Tokenizer trained on the iterable of strings `texts`."""
     lineage = json.loads(LINEAGE_TOKENIZER.read_text())
@@ -32,7 +40,8 @@ def train(texts, vocab_size):
     pipeline = {key: lineage[key] for key in ("normalizer", "pre_tokenizer", "post_processor", "decoder")}
     tok = Tokenizer.from_str(json.dumps({**_skeleton(), **pipeline}))
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
+        vocab_size=vocab_size, special_tokens=[AddedToken(t, special=released_special(t, lineage), normalized=False)
+                                              for t in SPECIAL_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
     return tok

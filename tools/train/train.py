@@ -22,6 +22,8 @@ import config
 import model as M
 
 REPO = Path(__file__).resolve().parents[2]
+# The backbone after unlikelihood.py's fine-tune: what dspark.py, export.py and evaluate.py read.
+TUNED_CHECKPOINT = "tuned.pt"
 
 
 def model_config(work):

@@ -33,6 +33,7 @@ cd tools/train
 w="../../$work"
 [ -f "$w/data.pt" ] || "$py" prepare.py --work "$w"
 "$py" train.py --work "$w"
+"$py" unlikelihood.py --work "$w"
 "$py" dspark.py --work "$w"
 "$py" export.py --work "$w" --out "../../$model"
 "$py" make_eval_data.py --work "$w"
