@@ -50,9 +50,11 @@ def tuned(rows, out):
     own greedy continuations of training prompts loop."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     trained = [r for r in rows if r["mle_loss"]]
+    for kind, color in (("text", "tab:blue"), ("chat", "tab:orange")):
+        pts = [(int(r["step"]), float(r["mle_loss"])) for r in trained if r["kind"] == kind]
+        ax.plot([s for s, _ in pts], smooth([v for _, v in pts], 5), color=color, label=f"MLE loss, {kind} batches")
     steps = [int(r["step"]) for r in trained]
-    ax.plot(steps, smooth([float(r["mle_loss"]) for r in trained], 5), label="MLE loss (text and chat batches)")
-    ax.plot(steps, smooth([float(r["ul_loss"]) for r in trained], 5), label="unlikelihood loss")
+    ax.plot(steps, smooth([float(r["ul_loss"]) for r in trained], 5), color="tab:green", label="unlikelihood loss")
     held = [(int(r["step"]), float(r["held_out_loss"])) for r in rows if r["held_out_loss"]]
     ax.plot([s for s, _ in held], [v for _, v in held], "k.-", label="held-out Revelation loss")
     ax.set_xlabel("fine-tune step")
@@ -64,7 +66,7 @@ def tuned(rows, out):
     ax2.set_ylabel("%")
     ax2.set_ylim(0, 100)
     lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper right")
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="center right")
     ax.set_title("kjv-tiny unlikelihood fine-tune against greedy repetition")
     ax.grid(alpha=0.3)
     fig.tight_layout()

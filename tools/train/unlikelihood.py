@@ -38,7 +38,7 @@ import train
 
 REPO = Path(__file__).resolve().parents[2]
 LOG_COLUMNS = ["round", "step", "mle_loss", "ul_loss", "marked_tokens", "pool_looping", "pool_marked", "seconds",
-               "held_out_loss", "chat_marked"]
+               "held_out_loss", "chat_marked", "kind"]
 
 
 def repeated_ngram_mask(seq, begin, n, end=None):
@@ -216,7 +216,7 @@ def main():
                   f"repeat a {args.ngram}-gram; chat replies: {chat_marked:.1%}", flush=True)
             if rnd == args.rounds:
                 log.writerow([rnd, rnd * args.steps_per_round, "", "", "", f"{looping:.3f}", f"{marked:.4f}",
-                              f"{time.time() - t0:.2f}", "", f"{chat_marked:.4f}"])
+                              f"{time.time() - t0:.2f}", "", f"{chat_marked:.4f}", ""])
                 break
             for k in range(args.steps_per_round):
                 t1 = time.time()
@@ -224,7 +224,7 @@ def main():
                 batch = texts[k * args.ul_batch : (k + 1) * args.ul_batch]
                 batch += replies[k * chat_batch : (k + 1) * chat_batch]
                 ul, count = unlikelihood_loss(model, batch)
-                _, ids, targets, weights = (batches if rnd >= args.chat_from_round else text_only_batches)(step)
+                kind, ids, targets, weights = (batches if rnd >= args.chat_from_round else text_only_batches)(step)
                 mle, indexer_losses = train.loss_of(model, ids, targets, weights)
                 kl = sum(indexer_losses) / max(len(indexer_losses), 1)
                 (mle + kl + args.alpha * ul).backward()
@@ -238,7 +238,7 @@ def main():
                 held_loss = f"{train.held_out_loss(model, held, bos, 256, 8):.4f}" if last else ""
                 log.writerow([rnd, step + 1, f"{float(mle):.4f}", f"{float(ul):.4f}", int(count),
                               f"{looping:.3f}" if k == 0 else "", f"{marked:.4f}" if k == 0 else "",
-                              f"{time.time() - t1:.2f}", held_loss, f"{chat_marked:.4f}" if k == 0 else ""])
+                              f"{time.time() - t1:.2f}", held_loss, f"{chat_marked:.4f}" if k == 0 else "", kind])
                 f.flush()
                 print(f"round {rnd} step {step + 1} mle {float(mle):.4f} ul {float(ul):.4f} marked {int(count)} "
                       f"{time.time() - t1:.1f}s" + (f" held-out {held_loss}" if held_loss else ""), flush=True)
