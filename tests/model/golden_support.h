@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,17 @@ struct GoldenCase {
   // correct implementation with another summation order lands.
   double envelope_mean_cosine = 0;
   double envelope_min_cosine = 0;
+  // Set for a trained model (tools/golden/make_trained_golden.py): the reference's own
+  // token-by-token decode path against its prefill rows. Such a model is chaotic at fp32 (one
+  // activation across an FP8/FP4 rounding boundary moves later rows by 1e-3), so the reference
+  // does not meet the exact-core thresholds against itself; the engine is held to this spread.
+  struct DecodeSpread {
+    double mean_cosine = 0;
+    double min_cosine = 0;
+    int argmax_mismatches = 0;  // outside near ties
+    int greedy_agreement = 0;   // generated tokens the decode path also picks
+  };
+  std::optional<DecodeSpread> decode_spread;
 };
 
 inline GoldenCase LoadGolden(const std::string& name) {
@@ -40,6 +52,11 @@ inline GoldenCase LoadGolden(const std::string& name) {
   c.logits = ReadNpyFloat32(ModelDir(name) + "/golden/logits.npy");
   c.envelope_mean_cosine = meta["reference_fp64_envelope"]["mean_cosine"].get<double>();
   c.envelope_min_cosine = meta["reference_fp64_envelope"]["min_cosine"].get<double>();
+  if (meta.contains("reference_decode_spread")) {
+    const nlohmann::json& d = meta["reference_decode_spread"];
+    c.decode_spread = GoldenCase::DecodeSpread{d["mean_cosine"].get<double>(), d["min_cosine"].get<double>(),
+                                               d["argmax_mismatches"].get<int>(), d["greedy_agreement"].get<int>()};
+  }
   return c;
 }
 

@@ -9,13 +9,23 @@ Run by hand (never in CI), with the reference package as for make_tiny_models.py
 The reference loads the exported checkpoint exactly as released (model.safetensors, the flat
 inference/config.json, tokenizer.json for the Engram map), with the run-time choices of
 make_tiny_models.py (fp32 indexer scores, every row from a full-sequence prefill). The prompt is
-a held-out text prompt plus a chat prompt, tokenized with the model's own tokenizer; it is kept
-only where the reference agrees with its fp64-accumulated self (golden-testing-notes.md), then
-extended by greedy decoding.
+the opening of a held-out chapter (Revelation, never trained on; longer than the 128-token window,
+so the rows cover the window wrap and compressed attention beyond it) plus a chat turn, tokenized
+with the model's own tokenizer. The chapters are tried in order and the first one where the
+reference agrees with its fp64-accumulated self (golden-testing-notes.md) is kept, then extended
+by greedy decoding. Reading the chapters needs Debian's bible-kjv (tools/train/corpus.py).
+
+A trained QAT model is chaotic at fp32 in a way the random golden models are not: its logits are
+large and sharp, so one activation that lands on the other side of an FP8/FP4 rounding boundary
+moves later rows by 1e-3. The reference disagrees with itself that much: its own token-by-token
+decode path against its prefill reaches a mean cosine of ~0.9993 over these rows. That spread is
+stored beside the rows (reference_decode_spread), and the engine's test holds the engine to a
+multiple of it instead of the exact-core thresholds, which the reference itself does not meet here.
 """
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +35,41 @@ from tokenizers import Tokenizer
 
 import make_tiny_models as tiny
 
-# Held-out text (Revelation is never trained on), then a chat turn of the V4.1 format.
-PROMPTS = [
-    "Revelation 21\nAnd I saw a new heaven and a new earth: for the first heaven and the first earth were passed away;"
-    " and there was no more sea.\nAnd I John saw the holy city, new Jerusalem, coming down from God out of heaven,",
-    "Revelation 4\nAfter this I looked, and, behold, a door was opened in heaven: and the first voice which I heard "
-    "was as it were of a trumpet talking with me; which said, Come up hither,",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+import corpus  # noqa: E402
+
+# After the held-out text, a chat turn of the V4.1 format.
 CHAT = "<｜begin▁of▁sentence｜><｜User｜>Which book comes after Ruth?<｜Assistant｜></think>"
+TEXT_TOKENS = 144  # beyond the 128-token window
 GENERATED_TOKENS = 32
 MAX_SEQ_LEN = 512
+
+
+NEAR_TIE = 0.01  # as the engine's golden test
+
+
+def decode_spread(ref, m, tokens, prompt_len, prefill):
+    """The reference's token-by-token decode path (its own KV caches) against its prefill rows."""
+    rows = []
+    with tiny.Fp32IndexerScores(ref, m):
+        ids = torch.tensor([tokens])
+        for p in range(len(tokens)):
+            _, logits, _ = m.forward(ids[:, p : p + 1], p)
+            rows.append(logits[0, -1].float().numpy())
+    decode = np.stack(rows)
+    cos = (prefill * decode).sum(-1) / np.linalg.norm(prefill, axis=-1) / np.linalg.norm(decode, axis=-1)
+    top2 = np.sort(prefill, axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > NEAR_TIE
+    mismatches = (prefill.argmax(-1) != decode.argmax(-1)) & clear
+    # Generated tokens the decode path would also have picked, up to its first clear disagreement.
+    greedy = 0
+    for p in range(prompt_len - 1, len(tokens) - 1):
+        if decode[p].argmax() != tokens[p + 1]:
+            if clear[p]:
+                break
+        greedy += 1
+    return dict(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()), argmax_mismatches=int(mismatches.sum()),
+                greedy_agreement=greedy)
 
 
 def main():
@@ -50,10 +85,13 @@ def main():
                                    max_seq_len=MAX_SEQ_LEN)
     tok = Tokenizer.from_file(str(args.model / "tokenizer.json"))
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
-    for attempt, text in enumerate(PROMPTS):
-        tokens = [bos] + tok.encode(text, add_special_tokens=False).ids + tok.encode(CHAT, add_special_tokens=False).ids
+    _, held_out = corpus.split(corpus.read_verses())
+    for attempt, (book, chapter, verses) in enumerate(held_out):
+        text = tok.encode(corpus.chapter_text(book, chapter, verses), add_special_tokens=False).ids[:TEXT_TOKENS]
+        tokens = [bos] + text + tok.encode(CHAT, add_special_tokens=False).ids
         mean, low, _ = tiny.envelope(ref, kernel, m, tokens)
-        print(f"prompt {attempt}: {len(tokens)} tokens, fp64 envelope mean {mean:.7f} min {low:.7f}")
+        print(f"prompt {attempt} ({book} {chapter}): {len(tokens)} tokens, fp64 envelope mean {mean:.7f} "
+              f"min {low:.7f}", flush=True)
         if low >= tiny.ENVELOPE_MIN_COSINE:
             break
     else:
@@ -62,11 +100,15 @@ def main():
     for _ in range(GENERATED_TOKENS):
         tokens.append(int(tiny.reference_logits(ref, m, tokens)[-1].argmax()))
     envelope_mean, envelope_min, logits = tiny.envelope(ref, kernel, m, tokens)
+    spread = decode_spread(ref, m, tokens, prompt_len, logits)
+    print(f"reference decode path vs prefill: {spread}")
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "logits.npy", logits)
     top2 = np.sort(logits, axis=-1)[:, -2:]
     meta = dict(tokens=tokens, prompt_len=prompt_len, generated=GENERATED_TOKENS, prompt_attempt=attempt,
+                prompt_chapter=f"{book} {chapter}",
                 reference_fp64_envelope=dict(mean_cosine=envelope_mean, min_cosine=envelope_min),
+                reference_decode_spread=spread,
                 logit_std=float(logits.std()), min_margin=float((top2[:, 1] - top2[:, 0]).min()),
                 torch=torch.__version__, torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 numpy=np.__version__, text=tok.decode(tokens, skip_special_tokens=False))
