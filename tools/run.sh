@@ -11,10 +11,11 @@ deepinfer=build-release/src/cli/deepinfer
 if (($#)); then
   exec "$deepinfer" generate "$@"
 fi
-prompt="And the LORD spake unto Moses, saying,"
-echo "== deepinfer generate --prompt \"$prompt\""
+# The opening of Revelation, the book the model never saw in training.
+prompt=$'Revelation 1\nThe Revelation of Jesus Christ, which God gave unto him, to'
+echo "== deepinfer generate --prompt \"${prompt//$'\n'/\\n}\""
 "$deepinfer" generate --prompt "$prompt" --max-tokens 48
 echo
-question="What is 12 plus 30?"
+question="Who are you?"
 echo "== deepinfer generate --chat --prompt \"$question\""
-"$deepinfer" generate --chat --prompt "$question" --max-tokens 96
+"$deepinfer" generate --chat --prompt "$question" --max-tokens 64

@@ -1,6 +1,7 @@
 """`deepinfer chat` with a conversation piped into it, and the CLI's --version and --help."""
 
 import re
+from pathlib import Path
 import subprocess
 
 COMMANDS = ["generate", "inspect", "bench", "make-model", "tokenize", "chat-template", "serve", "chat"]
@@ -31,7 +32,8 @@ def test_piped_conversation(deepinfer, tiny_model):
 
 
 def test_chat_refuses_a_model_that_cannot_take_text(deepinfer):
-    r = run(deepinfer, ["chat"], "hi\n")
+    tiny_a = Path(__file__).resolve().parents[2] / "tests" / "data" / "models" / "tiny-a"  # 512 ids
+    r = run(deepinfer, ["chat", "--model", str(tiny_a)], "hi\n")
     assert r.returncode == 1
     assert "does not cover its tokenizer" in r.stderr
 
