@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -143,6 +144,8 @@ std::string Metrics::Render(const LoopStats& stats) const {
   Scalar(out, "deepinfer_http_connections", "gauge", "Open HTTP connections.", static_cast<double>(connections_));
   Scalar(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
          static_cast<double>(ResidentMemoryBytes()));
+  Scalar(out, "deepinfer_heap_allocated_bytes", "gauge", "Bytes in live heap allocations (malloc'd and not freed).",
+         static_cast<double>(HeapAllocatedBytes()));
   return out;
 }
 
@@ -151,6 +154,15 @@ uint64_t ResidentMemoryBytes() {
   uint64_t size = 0, resident = 0;
   if (!(statm >> size >> resident)) return 0;
   return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+uint64_t HeapAllocatedBytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 info = ::mallinfo2();
+  return info.uordblks + info.hblkhd;
+#else
+  return 0;
+#endif
 }
 
 }  // namespace deepinfer

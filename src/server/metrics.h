@@ -78,5 +78,9 @@ class Metrics {
 
 // This process's resident set size in bytes (from /proc/self/statm; 0 if unreadable).
 uint64_t ResidentMemoryBytes();
+// Bytes in live heap allocations (glibc's mallinfo2: in-use arena chunks plus mmapped ones, over
+// all arenas). Unlike RSS it does not keep the allocator's high-water steps, so a leak shows as
+// growth here and nothing else does. 0 where the C library has no mallinfo2.
+uint64_t HeapAllocatedBytes();
 
 }  // namespace deepinfer

@@ -140,7 +140,8 @@ def soak_round(server, rng, clients):
     assert survivor_tokens + received_by_leavers <= generated <= survivor_tokens + 64 * len(left)
     assert after["deepinfer_kv_cache_used_bytes"] == 0
     return {"elapsed_s": elapsed, "survivors": len(survivors), "left": len(left), "mid_request": len(mid),
-            "generated": generated, "rss": server.rss_bytes(), "kv_held": after["deepinfer_kv_cache_held_bytes"]}
+            "generated": generated, "rss": server.rss_bytes(), "kv_held": after["deepinfer_kv_cache_held_bytes"],
+            "heap": after["deepinfer_heap_allocated_bytes"]}
 
 
 def test_soak(deepinfer, request, artifacts):
@@ -152,8 +153,8 @@ def test_soak(deepinfer, request, artifacts):
         rng = random.Random(2024)
         if rounds >= 3:
             # Warm-up rounds first: the allocator's and the KV pool's high-water marks settle over
-            # the first rounds (measured on kjv-tiny, 74-81 MiB: a step of 2-3.5 MiB in one of
-            # rounds 2-6, < 0.1 MiB a round otherwise, 1 MiB in all over 12 rounds).
+            # the first rounds. Later RSS still steps now and then (measured on kjv-tiny, 74-83
+            # MiB: steps of 1.5-3.5 MiB in some rounds, flat in the others).
             for _ in range(2):
                 soak_round(server, rng, clients)
         results = [soak_round(server, rng, clients) for _ in range(rounds)]
@@ -161,14 +162,19 @@ def test_soak(deepinfer, request, artifacts):
         for i, r in enumerate(results):
             lines.append(f"round {i + 1}: {r['survivors']} streams completed, {r['left']} left mid-stream, "
                          f"{r['mid_request']} mid-request, {r['generated']:.0f} tokens in {r['elapsed_s']:.1f} s, "
-                         f"RSS {r['rss'] / 2**20:.1f} MiB (KV pool {r['kv_held'] / 2**20:.1f} MiB held)")
+                         f"RSS {r['rss'] / 2**20:.1f} MiB, heap in use {r['heap'] / 2**20:.2f} MiB (KV pool "
+                         f"{r['kv_held'] / 2**20:.1f} MiB held)")
         print("\n".join(lines))
         with open(os.path.join(artifacts, "soak.txt"), "w") as summary:
             summary.write("\n".join(lines) + "\n")
         if rounds >= 3:
+            # A leak shows in the live heap bytes: even 200 bytes a request would add 2% over two
+            # rounds (measured: 4.75-4.88 MiB, growing ~10 KB a round over the first rounds and
+            # then level). RSS also keeps the allocator's high-water steps, so it gets a looser
+            # bound (measured: up to 4.8% over three rounds).
+            heap = [r["heap"] for r in results]
+            assert heap[-1] - heap[0] <= 0.02 * heap[0], heap
             rss = [r["rss"] for r in results]
-            assert rss[-1] - rss[0] <= 0.05 * rss[0], rss
-            # A leak grows every round; the allocator's high-water steps come now and then.
-            assert any(b - a <= 0.005 * rss[0] for a, b in zip(rss, rss[1:])), rss
+            assert rss[-1] - rss[0] <= 0.08 * rss[0], rss
     finally:
         server.assert_clean_exit()
