@@ -57,8 +57,7 @@ std::vector<int64_t> ParseBatchSizes(const std::string& text) {
 
 const std::vector<Flag<BenchOptions>>& BenchFlags() {
   static const std::vector<Flag<BenchOptions>> flags = {
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](BenchOptions& o, const std::string& v) { o.model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](BenchOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N",
        "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
        [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},

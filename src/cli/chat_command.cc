@@ -41,8 +41,7 @@ struct TerminalChatOptions {
 
 const std::vector<Flag<TerminalChatOptions>>& ChatFlags() {
   static const std::vector<Flag<TerminalChatOptions>> flags = WithSamplingFlags<TerminalChatOptions>({
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](TerminalChatOptions& o, const std::string& v) { o.model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](TerminalChatOptions& o, const std::string& v) { o.model = v; }},
       {"--system", "TEXT", "system prompt (change it later with /system TEXT)",
        [](TerminalChatOptions& o, const std::string& v) { o.system = v; }},
       {"--think", nullptr, "start in thinking mode (toggle with /think on|off)",

@@ -21,6 +21,9 @@ struct Flag {
   std::function<void(Options&, const std::string&)> set;
 };
 
+// The help of every command's --model flag.
+inline constexpr const char* kModelFlagHelp = "model directory (default: the embedded default model, kjv-tiny)";
+
 // The largest token count a flag takes (--max-tokens, --max-context, --input-len, ...): 2^24, the
 // context limit of the config ranges, so that no count overflows the arithmetic it feeds.
 inline constexpr int64_t kMaxTokensFlag = int64_t{1} << 24;

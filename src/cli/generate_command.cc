@@ -64,8 +64,7 @@ struct GenerateOptions {
 
 const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
   static const std::vector<Flag<GenerateOptions>> flags = WithSamplingFlags<GenerateOptions>({
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](GenerateOptions& o, const std::string& v) { o.model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](GenerateOptions& o, const std::string& v) { o.model = v; }},
       {"--prompt-ids", "1,2,3", "prompt as comma-separated token ids",
        [](GenerateOptions& o, const std::string& v) { o.prompt_ids = v; }},
       {"--prompt", "TEXT", "prompt text (tokenized with the model's tokenizer.json)",
@@ -241,8 +240,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   for (int32_t id : prompt) {
     if (id >= model->config().vocab_size) {
       throw MakeError("generate: prompt token id ", id, " is outside the model's vocabulary of ",
-                      model->config().vocab_size, " (the embedded tiny model only knows ids below ",
-                      model->config().vocab_size, "; use --prompt-ids or --model)");
+                      model->config().vocab_size, " (it only knows ids below ", model->config().vocab_size,
+                      "; use --prompt-ids or another --model)");
     }
   }
 
@@ -327,8 +326,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
 
 int RunInspectCommand(const std::vector<std::string>& args) {
   static const std::vector<Flag<std::string>> flags = {
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](std::string& model, const std::string& v) { model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](std::string& model, const std::string& v) { model = v; }},
   };
   if (WantsHelp(args)) {
     std::cout << "usage: deepinfer inspect [flags]\n";

@@ -24,7 +24,7 @@ namespace {
 void PrintUsage(FILE* out) {
   std::fputs(
       "usage: deepinfer <command> [flags]\n"
-      "  generate       run the model on a prompt (default: the embedded tiny V4.1 model)\n"
+      "  generate       run the model on a prompt (default: the embedded default model, kjv-tiny)\n"
       "  inspect        print a model's config, layer roles, tensors and validation result\n"
       "  bench          measure prefill/decode speed against this machine's measured limits\n"
       "  make-model     write a random checkpoint with the real V4.1-Flash layer dimensions\n"

@@ -56,8 +56,7 @@ std::chrono::milliseconds Seconds(const std::string& flag, const std::string& v)
 
 const std::vector<Flag<ServeOptions>>& ServeFlags() {
   static const std::vector<Flag<ServeOptions>> flags = {
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](ServeOptions& o, const std::string& v) { o.model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](ServeOptions& o, const std::string& v) { o.model = v; }},
       {"--host", "ADDR", "address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)",
        [](ServeOptions& o, const std::string& v) { o.http.host = v; }},
       {"--port", "PORT", "TCP port (default 8000; 0 picks a free one and prints it)",

@@ -140,8 +140,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
        [](ServingOptions& o, const std::string& v) {
          o.output_len = ParseIntFlag("--output-len", v, 1, kMaxTokensFlag);
        }},
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](ServingOptions& o, const std::string& v) { o.model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](ServingOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](ServingOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
@@ -657,8 +656,7 @@ const std::vector<Flag<SweepOptions>>& SweepFlags() {
        [](SweepOptions& o, const std::string& v) { o.decode_steps = ParseIntFlag("--decode-steps", v, 1, 1 << 20); }},
       {"--warmup-steps", "W", "untimed decode steps before them (default 2)",
        [](SweepOptions& o, const std::string& v) { o.warmup_steps = ParseIntFlag("--warmup-steps", v, 0, 1 << 20); }},
-      {"--model", "DIR", "model directory (default: the embedded tiny model)",
-       [](SweepOptions& o, const std::string& v) { o.model = v; }},
+      {"--model", "DIR", kModelFlagHelp, [](SweepOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](SweepOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
