@@ -60,7 +60,8 @@ sanitizer_build() {  # DIR, then CMake options
 # with clients leaving, malformed requests) must all run clean. Left out, to keep CI in its time
 # budget: the heaviest compute-bound tests, whose code paths the tests that stay cover (every
 # execution mode of the golden models, the real-dimension slice, the 32-request and batch
-# invariance sweeps, the 1000-token prefix, the context sweep), the 880-sample structured-output
+# invariance sweeps, the 1000-token prefix, the context sweep, the trained model's 200 held-out
+# chats: 65 s here, 290 s under ASan), the 880-sample structured-output
 # acceptance run, and the test binaries of the layers that the fuzzers below run under ASan + UBSan
 # (tokenizer, chat, structured output: their GoogleTest binaries show up as *_NOT_BUILT here).
 # Everything was run clean under this build by hand (the #14 and CI notes).
@@ -70,7 +71,8 @@ asan_targets=(deepinfer make_hostile_inputs core_tests io_tests kernel_tests cac
 cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
 part "ASan build"
 skipped='GoldenTest.EveryMode|RealDimensionSlice|RequestsProduceTheirAloneTokens|BatchInvariance|'
-skipped+='AdoptedPrefixGivesBitIdenticalLogits/1000|bench_context_sweep$|structured.schema_samples$|_NOT_BUILT$'
+skipped+='AdoptedPrefixGivesBitIdenticalLogits/1000|bench_context_sweep$|structured.schema_samples$|_NOT_BUILT$|'
+skipped+='TrainedModelTest.HeldOutChats'
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -E "$skipped"
 part "ASan + UBSan runs"
