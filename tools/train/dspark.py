@@ -172,8 +172,7 @@ def main():
     draft = build(cfg)
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
     data = torch.load(args.work / "data.pt")
-    shape = lambda text: tuple(int(v) for v in text.split("x"))  # noqa: E731
-    batches = train.Batches(data, bos, args.seed, shape(args.text_batch), shape(args.chat_batch))
+    batches = train.Batches(data, bos, args.seed, train.parse_shape(args.text_batch), train.parse_shape(args.chat_batch))
     opt = torch.optim.AdamW(draft.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     ckpt_path, log_path = args.work / "dspark.pt", args.work / "dspark_log.csv"
     step = 0
@@ -199,20 +198,14 @@ def main():
             step += 1
             if losses is not None:
                 kl, bce, accepted = losses
-                (kl + bce).backward()
-                torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                for moe in draft.moe_layers():
-                    moe.update_bias(1e-3)
+                train.apply_update(draft, opt, kl + bce)
                 log.writerow([step, kind, f"{float(kl):.4f}", f"{float(bce):.4f}", f"{accepted:.3f}", f"{lr:.2e}",
                               f"{time.time() - t0:.2f}"])
                 f.flush()
                 print(f"dspark step {step} {kind} kl {float(kl):.4f} bce {float(bce):.4f} accepted {accepted:.2f} "
                       f"{time.time() - t0:.1f}s", flush=True)
             if step % args.save_every == 0 or step == args.steps:
-                torch.save({"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step}, str(ckpt_path) + ".tmp")
-                Path(str(ckpt_path) + ".tmp").replace(ckpt_path)
+                train.save_checkpoint(ckpt_path, {"model": draft.state_dict(), "optimizer": opt.state_dict(), "step": step})
 
 if __name__ == "__main__":
     main()

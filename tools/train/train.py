@@ -68,6 +68,37 @@ class Batches:
         return "chat", ids, ids[:, 1:], weights
 
 
+def parse_shape(text):
+    """"16x256" -> (16, 256): a batch shape flag."""
+    return tuple(int(v) for v in text.split("x"))
+
+
+def backbone_optimizer(model, lr):
+    """AdamW with weight decay on the matrices only."""
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() != 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def apply_update(module, opt, loss):
+    """One optimizer step on `loss`, gradients clipped to norm 1, then the MoE selection-bias update
+    (auxiliary-loss-free balancing) of every MoE layer of `module`."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    for moe in module.moe_layers():
+        moe.update_bias(1e-3)
+
+
+def save_checkpoint(path, state):
+    """torch.save through a temporary file, so an interrupted write never replaces a checkpoint."""
+    tmp = Path(str(path) + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
 def loss_of(model, ids, targets, weights):
     logits, _, indexer_losses = model(ids)
     ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
@@ -128,12 +159,9 @@ def main():
     model, cfg, tok = build(args.work)
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
     data = torch.load(args.work / "data.pt")
-    shape = lambda text: tuple(int(v) for v in text.split("x"))  # noqa: E731
-    batches = Batches(data, bos, args.seed, shape(args.text_batch), shape(args.chat_batch), args.chat_every)
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
-    other = [p for n, p in model.named_parameters() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    batches = Batches(data, bos, args.seed, parse_shape(args.text_batch), parse_shape(args.chat_batch),
+                      args.chat_every)
+    opt = backbone_optimizer(model, args.lr)
     ckpt_path, log_path = args.work / "backbone.pt", args.work / "backbone_log.csv"
     step = 0
     if ckpt_path.exists():
@@ -143,10 +171,6 @@ def main():
         step = state["step"]
         print(f"resuming at step {step}")
     (args.work / "model_config.json").write_text(json.dumps(cfg, indent=1) + "\n")
-
-    def save():
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, str(ckpt_path) + ".tmp")
-        Path(str(ckpt_path) + ".tmp").replace(ckpt_path)
 
     new_log = not log_path.exists() or step == 0
     with open(log_path, "w" if new_log else "a", newline="") as f:
@@ -161,12 +185,7 @@ def main():
             kind, ids, targets, weights = batches(step)
             loss, indexer_losses = loss_of(model, ids, targets, weights)
             kl = sum(indexer_losses) / max(len(indexer_losses), 1)
-            (loss + kl).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            for moe in model.moe_layers():
-                moe.update_bias(1e-3)
+            apply_update(model, opt, loss + kl)
             step += 1
             held = ""
             if step % args.eval_every == 0 or step == args.steps:
@@ -176,7 +195,7 @@ def main():
             print(f"step {step} {kind} loss {float(loss):.4f} kl {float(kl):.4f} lr {lr:.2e} {time.time() - t0:.1f}s"
                   + (f" held-out {held}" if held else ""), flush=True)
             if step % args.save_every == 0 or step == args.steps:
-                save()
+                save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step})
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import export
 import train
@@ -165,13 +164,10 @@ def main():
     model, cfg, tok = train.build(args.work)
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
     data = torch.load(args.work / "data.pt")
-    shape = lambda text: tuple(int(v) for v in text.split("x"))  # noqa: E731
-    batches = train.Batches(data, bos, args.seed, shape(args.text_batch), shape(args.chat_batch), args.chat_every)
-    text_only_batches = train.Batches(data, bos, args.seed, shape(args.text_batch), shape(args.chat_batch), 4)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    other = [p for p in model.parameters() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    text_shape, chat_shape = train.parse_shape(args.text_batch), train.parse_shape(args.chat_batch)
+    batches = train.Batches(data, bos, args.seed, text_shape, chat_shape, args.chat_every)
+    text_only_batches = train.Batches(data, bos, args.seed, text_shape, chat_shape, 4)
+    opt = train.backbone_optimizer(model, args.lr)
     ckpt_path, log_path = args.work / train.TUNED_CHECKPOINT, args.work / "tuned_log.csv"
     source = ckpt_path if ckpt_path.exists() else args.work / "backbone.pt"
     state = torch.load(source)
@@ -227,13 +223,8 @@ def main():
                 kind, ids, targets, weights = (batches if rnd >= args.chat_from_round else text_only_batches)(step)
                 mle, indexer_losses = train.loss_of(model, ids, targets, weights)
                 kl = sum(indexer_losses) / max(len(indexer_losses), 1)
-                (mle + kl + args.alpha * ul).backward()
+                train.apply_update(model, opt, mle + kl + args.alpha * ul)
                 mle, ul = mle.detach(), ul.detach()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                for moe in model.moe_layers():
-                    moe.update_bias(1e-3)
                 last = k == args.steps_per_round - 1
                 held_loss = f"{train.held_out_loss(model, held, bos, 256, 8):.4f}" if last else ""
                 log.writerow([rnd, step + 1, f"{float(mle):.4f}", f"{float(ul):.4f}", int(count),
@@ -242,9 +233,8 @@ def main():
                 f.flush()
                 print(f"round {rnd} step {step + 1} mle {float(mle):.4f} ul {float(ul):.4f} marked {int(count)} "
                       f"{time.time() - t1:.1f}s" + (f" held-out {held_loss}" if held_loss else ""), flush=True)
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "round": rnd + 1},
-                       str(ckpt_path) + ".tmp")
-            Path(str(ckpt_path) + ".tmp").replace(ckpt_path)
+            train.save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                              "round": rnd + 1})
 
 
 if __name__ == "__main__":
