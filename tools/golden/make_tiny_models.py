@@ -412,13 +412,24 @@ def reference_logits(ref, m, tokens):
     return logits[0].float()
 
 
+def row_cosines(a, b):
+    """Cosine of each row of `a` with the same row of `b` ([positions, vocab] logits)."""
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def top2_margins(logits):
+    """Top-1 minus top-2 logit of each row: where argmax decisions are near ties."""
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
 def envelope(ref, kernel, m, tokens):
     """(mean, min) per-position cosine of the reference against its fp64-accumulated self,
     and the reference logits."""
     logits = reference_logits(ref, m, tokens).numpy().astype(np.float32)
     with Fp64Accumulation(kernel):
         logits64 = reference_logits(ref, m, tokens).numpy()
-    cos = (logits * logits64).sum(-1) / np.linalg.norm(logits, axis=-1) / np.linalg.norm(logits64, axis=-1)
+    cos = row_cosines(logits, logits64)
     return float(cos.mean()), float(cos.min()), logits
 
 
@@ -461,10 +472,9 @@ def make_case(name, out_root, ref, kernel):
     else:
         raise SystemExit(f"{name}: no prompt within the noise envelope after {MAX_PROMPT_ATTEMPTS} attempts")
     np.save(out_dir / "golden" / "logits.npy", logits)
-    top2 = np.sort(logits, axis=-1)[:, -2:]
     meta = dict(tokens=tokens, prompt_len=prompt_len, generated=GENERATED_TOKENS, prompt_attempt=attempt,
                 reference_fp64_envelope=dict(mean_cosine=envelope_mean, min_cosine=envelope_min),
-                logit_std=float(logits.std()), min_margin=float((top2[:, 1] - top2[:, 0]).min()),
+                logit_std=float(logits.std()), min_margin=float(top2_margins(logits).min()),
                 torch=torch.__version__, numpy=np.__version__)
     (out_dir / "golden" / "tokens.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"{name}: prompt attempt {attempt}, {len(tokens)} positions, logit std {meta['logit_std']:.3f}, "

@@ -57,9 +57,8 @@ def decode_spread(ref, m, tokens, prompt_len, prefill):
             _, logits, _ = m.forward(ids[:, p : p + 1], p)
             rows.append(logits[0, -1].float().numpy())
     decode = np.stack(rows)
-    cos = (prefill * decode).sum(-1) / np.linalg.norm(prefill, axis=-1) / np.linalg.norm(decode, axis=-1)
-    top2 = np.sort(prefill, axis=-1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] > NEAR_TIE
+    cos = tiny.row_cosines(prefill, decode)
+    clear = tiny.top2_margins(prefill) > NEAR_TIE
     mismatches = (prefill.argmax(-1) != decode.argmax(-1)) & clear
     # Generated tokens the decode path would also have picked, up to its first clear disagreement.
     greedy = 0
@@ -104,12 +103,11 @@ def main():
     print(f"reference decode path vs prefill: {spread}")
     args.out.mkdir(parents=True, exist_ok=True)
     np.save(args.out / "logits.npy", logits)
-    top2 = np.sort(logits, axis=-1)[:, -2:]
     meta = dict(tokens=tokens, prompt_len=prompt_len, generated=GENERATED_TOKENS, prompt_attempt=attempt,
                 prompt_chapter=f"{book} {chapter}",
                 reference_fp64_envelope=dict(mean_cosine=envelope_mean, min_cosine=envelope_min),
                 reference_decode_spread=spread,
-                logit_std=float(logits.std()), min_margin=float((top2[:, 1] - top2[:, 0]).min()),
+                logit_std=float(logits.std()), min_margin=float(tiny.top2_margins(logits).min()),
                 torch=torch.__version__, torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 numpy=np.__version__, text=tok.decode(tokens, skip_special_tokens=False))
     (args.out / "tokens.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
