@@ -1,8 +1,8 @@
 """`deepinfer chat` with a conversation piped into it, and the CLI's --version and --help."""
 
 import re
-from pathlib import Path
 import subprocess
+from pathlib import Path
 
 COMMANDS = ["generate", "inspect", "bench", "make-model", "tokenize", "chat-template", "serve", "chat"]
 

@@ -7,9 +7,8 @@ a model whose vocabulary does not cover its tokenizer (the random tiny-a was), t
 saying so. The structure of tool calls and reasoning is also tested without a model in
 tests/server/openai_api_test.cc (ResponseBuilder) and the streaming parser's own tests."""
 
-import re
-
 import json
+import re
 
 import pytest
 from openai import OpenAI
