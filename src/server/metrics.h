@@ -80,7 +80,9 @@ class Metrics {
 uint64_t ResidentMemoryBytes();
 // Bytes in live heap allocations (glibc's mallinfo2: in-use arena chunks plus mmapped ones, over
 // all arenas). Unlike RSS it does not keep the allocator's high-water steps, so a leak shows as
-// growth here and nothing else does. 0 where the C library has no mallinfo2.
+// growth here and nothing else does. glibc counts the chunks in its per-thread caches as in use:
+// they add a bounded amount (tens of KB) unless the process runs with
+// GLIBC_TUNABLES=glibc.malloc.tcache_count=0. 0 where the C library has no mallinfo2.
 uint64_t HeapAllocatedBytes();
 
 }  // namespace deepinfer

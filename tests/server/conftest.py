@@ -35,10 +35,10 @@ def pytest_addoption(parser):
 class Server:
     """One `deepinfer serve` process."""
 
-    def __init__(self, binary, args, startup_timeout=300):
+    def __init__(self, binary, args, startup_timeout=300, env=None):
         self.args = args
         self.proc = subprocess.Popen([binary, "serve", "--port", "0", *args], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+                                     env=None if env is None else {**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
         self.log = []
         self.port = None
         self.terminated = False

@@ -148,7 +148,11 @@ def test_soak(deepinfer, request, artifacts):
     clients = request.config.getoption("--soak-clients")
     rounds = request.config.getoption("--soak-rounds")
     # Room for every client at once: 64 running, the rest queued.
-    server = Server(deepinfer, ["--max-queue", str(clients), "--no-access-log"])
+    # Without glibc's per-thread caches, mallinfo2's in-use bytes are the live allocations: a
+    # cached free chunk counts as in use, and the caches of the HTTP threads fill over the first
+    # rounds (tens of KB, bounded, yet about the size of the leak this test looks for).
+    server = Server(deepinfer, ["--max-queue", str(clients), "--no-access-log"],
+                    env={"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"})
     try:
         rng = random.Random(2024)
         if rounds >= 3:
@@ -163,17 +167,19 @@ def test_soak(deepinfer, request, artifacts):
             lines.append(f"round {i + 1}: {r['survivors']} streams completed, {r['left']} left mid-stream, "
                          f"{r['mid_request']} mid-request, {r['generated']:.0f} tokens in {r['elapsed_s']:.1f} s, "
                          f"RSS {r['rss'] / 2**20:.1f} MiB, heap in use {r['heap'] / 2**20:.2f} MiB (KV pool "
-                         f"{r['kv_held'] / 2**20:.1f} MiB held)")
+                         f"{r['kv_held'] / 2**20:.2f} MiB held, the rest {(r['heap'] - r['kv_held']) / 1024:.1f} KiB)")
         print("\n".join(lines))
         with open(os.path.join(artifacts, "soak.txt"), "w") as summary:
             summary.write("\n".join(lines) + "\n")
         if rounds >= 3:
-            # A leak shows in the live heap bytes: even 200 bytes a request would add 2% over two
-            # rounds (measured: 4.75-4.88 MiB, growing ~10 KB a round over the first rounds and
-            # then level). RSS also keeps the allocator's high-water steps, so it gets a looser
-            # bound (measured: up to 4.8% over three rounds).
-            heap = [r["heap"] for r in results]
-            assert heap[-1] - heap[0] <= 0.02 * heap[0], heap
+            # A leak shows in the live heap bytes less the KV pool's pages: the pool keeps freed
+            # pages for reuse, up to its budget, so its high-water mark may still rise a page or
+            # two (CI: +128 KB of heap over two rounds, nearly all of it pool pages). The rest
+            # measured 1431 KiB, flat to 0.3 KiB over 5 rounds; a leak of 30 bytes a request would
+            # add 1% over two rounds. RSS also keeps the allocator's high-water steps, so it gets
+            # a looser bound (measured: up to 4.8% over three rounds).
+            heap = [r["heap"] - r["kv_held"] for r in results]
+            assert heap[-1] - heap[0] <= 0.01 * heap[0], heap
             rss = [r["rss"] for r in results]
             assert rss[-1] - rss[0] <= 0.08 * rss[0], rss
     finally:
