@@ -29,10 +29,10 @@
 
 #include "core/numeric.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/compute_context.h"
+#include "io/weight_matrix.h"
+#include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_simd.h"
-#include "kernels/cpu/weight_matrix.h"
 
 namespace deepinfer {
 namespace {
@@ -299,7 +299,7 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   const double bw = streaming ? MeasuredBandwidth(threads) : 0.0;
   const double peak = !streaming && HasBf16() && threads == 2 ? MeasuredDpPeak() : 0.0;
   const IsaLevel isa = path == Path::kAvx2 ? IsaLevel::kAvx2 : path == Path::kScalar ? IsaLevel::kScalar : best;
-  const ComputeContext ctx{pool, isa};
+  const CpuContext ctx{pool, isa};
   size_t next = 0;
   for (auto _ : state) {
     const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];

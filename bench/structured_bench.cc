@@ -19,9 +19,10 @@
 #include <random>
 #include <thread>
 
+#include "backend/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 #include "model/model.h"
 #include "structured/constraint.h"
 #include "structured/json_schema.h"
@@ -194,16 +195,17 @@ void BM_Sample(benchmark::State& state, bool masked) {
 // iteration).
 void BM_DecodeStep(benchmark::State& state, const Model& model) {
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  const ComputeContext ctx{pool, ChooseIsa(std::nullopt)};
+  CpuBackend backend(pool, ChooseIsa(std::nullopt));
+  const ComputeContext ctx{backend};
   const int64_t vocab = model.config().vocab_size;
   SequenceState sequence = model.NewSequence();
   std::vector<int32_t> tokens = {0, 17, 42, 99, 7, 1000 % static_cast<int32_t>(vocab), 5, 6};
-  ForwardItem item{&sequence, tokens, false};
+  ForwardItem item{&sequence, tokens};
   std::vector<float> logits = model.Forward(std::span<const ForwardItem>(&item, 1), ctx);
   int32_t next = 0;
   auto step = [&] {
     next = static_cast<int32_t>(std::max_element(logits.end() - vocab, logits.end()) - (logits.end() - vocab));
-    item = ForwardItem{&sequence, std::span<const int32_t>(&next, 1), false};
+    item = ForwardItem{&sequence, std::span<const int32_t>(&next, 1)};
     logits = model.Forward(std::span<const ForwardItem>(&item, 1), ctx);
   };
   for (int warmup = 0; warmup < 3; ++warmup) step();  // pages the weights in

@@ -25,6 +25,28 @@
 
 namespace deepinfer {
 
+// The block sizes of the entry formats: an FP8 window entry has one ue8m0 exponent per 32
+// values; an FP4 compressed entry one e4m3 scale per 16; an FP4 index key one ue8m0 exponent
+// per 32 (the reference's act_quant / fp4 QAT block sizes on these paths).
+inline constexpr int64_t kWindowEntryBlock = 32;
+inline constexpr int64_t kCompressedEntryBlock = 16;
+inline constexpr int64_t kIndexKeyBlock = 32;
+
+// One window entry's parts inside its page (Byte is uint8_t or const uint8_t).
+template <class Byte>
+struct WindowEntry {
+  Byte* codes;      // head_dim e4m3
+  Byte* exponents;  // head_dim / kWindowEntryBlock ue8m0
+};
+// One compressed entry's parts: the FP4 KV entry, then its FP4 index key.
+template <class Byte>
+struct CompressedEntry {
+  Byte* codes;            // head_dim / 2 packed e2m1 (even element in the low nibble)
+  Byte* scales;           // head_dim / kCompressedEntryBlock e4m3
+  Byte* index_codes;      // index_head_dim / 2 packed e2m1
+  Byte* index_exponents;  // index_head_dim / kIndexKeyBlock ue8m0
+};
+
 struct CacheLayout {
   int block_tokens = 0;
   int window = 0;
@@ -57,11 +79,24 @@ struct CacheLayout {
   int64_t compressed_entry_offset(int layer, int64_t group) const {
     return compressed_offset[layer] + (group % groups_per_block(layer)) * compressed_entry_bytes;
   }
-  // Bytes of each part of a compressed entry, in order.
+  // Bytes of each part of an entry, in order: the one place the entry layouts are spelled out.
+  int64_t window_codes_bytes() const { return head_dim; }
+  int64_t window_exponents_bytes() const { return head_dim / kWindowEntryBlock; }
   int64_t compressed_codes_bytes() const { return head_dim / 2; }
-  int64_t compressed_scales_bytes() const { return head_dim / 16; }
+  int64_t compressed_scales_bytes() const { return head_dim / kCompressedEntryBlock; }
   int64_t index_codes_bytes() const { return index_head_dim / 2; }
-  int64_t index_exponents_bytes() const { return index_head_dim / 32; }
+  int64_t index_exponents_bytes() const { return index_head_dim / kIndexKeyBlock; }
+
+  template <class Byte>
+  WindowEntry<Byte> WindowParts(Byte* entry) const {
+    return {entry, entry + window_codes_bytes()};
+  }
+  template <class Byte>
+  CompressedEntry<Byte> CompressedParts(Byte* entry) const {
+    Byte* scales = entry + compressed_codes_bytes();
+    Byte* index_codes = scales + compressed_scales_bytes();
+    return {entry, scales, index_codes, index_codes + index_codes_bytes()};
+  }
 };
 
 }  // namespace deepinfer

@@ -52,8 +52,8 @@ std::vector<std::pair<uint64_t, PrefixCache::Node*>> PrefixCache::Chain(std::spa
 void PrefixCache::Insert(std::span<const int32_t> tokens, const SequenceState& state) {
   const int64_t block = layout_->block_tokens;
   const int64_t full = state.full_blocks();
-  DI_CHECK(static_cast<int64_t>(tokens.size()) >= state.length, "prefix cache insert: ", tokens.size(),
-           " token ids for a sequence of ", state.length);
+  DI_CHECK(static_cast<int64_t>(tokens.size()) >= state.length(), "prefix cache insert: ", tokens.size(),
+           " token ids for a sequence of ", state.length());
   std::vector<std::pair<uint64_t, Node*>> chain = Chain(tokens, full);
   for (size_t j = 0; j < chain.size(); ++j) {
     Node& node = *chain[j].second;

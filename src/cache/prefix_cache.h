@@ -27,7 +27,7 @@ class PrefixCache {
   explicit PrefixCache(std::shared_ptr<const CacheLayout> layout) : layout_(std::move(layout)) {}
 
   // Records the full blocks of `state` not cached yet. `tokens` are the ids it has processed
-  // (at least state.length of them, in order).
+  // (at least state.length() of them, in order).
   void Insert(std::span<const int32_t> tokens, const SequenceState& state);
   // Adopts into the fresh `state` the longest usable cached prefix of `tokens` that leaves at
   // least one token to compute; returns its length in tokens (0 on a miss).

@@ -16,9 +16,10 @@ SequenceState::SequenceState(std::shared_ptr<const CacheLayout> layout, std::sha
 
 const uint8_t* SequenceState::window_entry(int layer, int64_t position) const {
   const int64_t block = position / layout_->block_tokens;
-  DI_CHECK(position >= 0 && position < length && block < static_cast<int64_t>(window_pages_.size()) &&
+  DI_CHECK(position >= 0 && position < length_ && block < static_cast<int64_t>(window_pages_.size()) &&
                window_pages_[block] != nullptr,
-           "window entry of layer ", layer, " at position ", position, " is not cached (sequence length ", length, ")");
+           "window entry of layer ", layer, " at position ", position, " is not cached (sequence length ", length_,
+           ")");
   return window_pages_[block]->data + layout_->window_entry_offset(layer, position);
 }
 
@@ -82,8 +83,8 @@ bool SequenceState::EnsureOwned(PageRef& page, int64_t bytes) {
 
 bool SequenceState::PrepareAppend(int64_t tokens) {
   if (tokens <= 0) return true;
-  const int64_t first = length / layout_->block_tokens;
-  const int64_t last = (length + tokens - 1) / layout_->block_tokens;
+  const int64_t first = length_ / layout_->block_tokens;
+  const int64_t last = (length_ + tokens - 1) / layout_->block_tokens;
   if (static_cast<int64_t>(window_pages_.size()) <= last) window_pages_.resize(last + 1);
   if (layout_->compressed_page_bytes > 0 && static_cast<int64_t>(compressed_pages_.size()) <= last) {
     compressed_pages_.resize(last + 1);
@@ -104,8 +105,8 @@ uint64_t SequenceState::BytesToPrepare(int64_t tokens) const {
     return block >= static_cast<int64_t>(pages.size()) || pages[block] == nullptr || pages[block].use_count() > 1;
   };
   uint64_t bytes = 0;
-  const int64_t first = length / layout_->block_tokens;
-  const int64_t last = (length + tokens - 1) / layout_->block_tokens;
+  const int64_t first = length_ / layout_->block_tokens;
+  const int64_t last = (length_ + tokens - 1) / layout_->block_tokens;
   for (int64_t block = first; block <= last; ++block) {
     if (needs(window_pages_, block)) bytes += layout_->window_page_bytes;
     if (layout_->compressed_page_bytes > 0 && needs(compressed_pages_, block)) bytes += layout_->compressed_page_bytes;
@@ -117,8 +118,8 @@ uint64_t SequenceState::BytesToPrepare(int64_t tokens) const {
 }
 
 void SequenceState::ReleaseStaleWindowPages() {
-  // The next query (at `length`) reads positions from length - window + 1 on.
-  const int64_t oldest_needed = length - layout_->window + 1;
+  // The next query (at `length_`) reads positions from length_ - window + 1 on.
+  const int64_t oldest_needed = length_ - layout_->window + 1;
   const int64_t stale_blocks = std::max<int64_t>(0, oldest_needed) / layout_->block_tokens;
   for (int64_t block = 0; block < std::min<int64_t>(stale_blocks, window_pages_.size()); ++block) {
     window_pages_[block].reset();
@@ -126,7 +127,7 @@ void SequenceState::ReleaseStaleWindowPages() {
 }
 
 uint64_t SequenceState::CacheBytes() const {
-  uint64_t total = engram_recent.size() * sizeof(int32_t);
+  uint64_t total = engram_recent_.size() * sizeof(int32_t);
   for (const PageRef& page : window_pages_) total += page ? page->bytes : 0;
   for (const PageRef& page : compressed_pages_) total += page ? page->bytes : 0;
   if (state_page_) total += state_page_->bytes;
@@ -135,18 +136,36 @@ uint64_t SequenceState::CacheBytes() const {
 
 void SequenceState::AdoptBlocks(int64_t blocks, std::span<const PageRef> window_pages,
                                 std::span<const PageRef> compressed_pages) {
-  DI_CHECK(length == 0 && window_pages_.empty(), "only a fresh sequence can adopt cached blocks");
+  DI_CHECK(length_ == 0 && window_pages_.empty(), "only a fresh sequence can adopt cached blocks");
   DI_CHECK(static_cast<int64_t>(window_pages.size()) == blocks &&
                (layout_->compressed_page_bytes == 0 || static_cast<int64_t>(compressed_pages.size()) == blocks),
            "adopting ", blocks, " blocks needs that many pages");
   window_pages_.assign(window_pages.begin(), window_pages.end());
   if (layout_->compressed_page_bytes > 0) compressed_pages_.assign(compressed_pages.begin(), compressed_pages.end());
-  length = blocks * layout_->block_tokens;
+  length_ = blocks * layout_->block_tokens;
+  adopted_ = true;
   for (int layer = 0; layer < layout_->num_layers; ++layer) {
-    if (layout_->ratio[layer] > 0) compressed_count_[layer] = length / layout_->ratio[layer];
+    if (layout_->ratio[layer] > 0) compressed_count_[layer] = length_ / layout_->ratio[layer];
   }
   // Blocks end on group boundaries: no partial group.
   std::fill(pending_count_.begin(), pending_count_.end(), 0);
+}
+
+}  // namespace deepinfer
+
+namespace deepinfer {
+
+void SequenceState::CommitAppend(int64_t tokens, std::span<const int32_t> engram_recent) {
+  DI_CHECK(tokens > 0, "commit of ", tokens, " tokens");
+  length_ += tokens;
+  adopted_ = false;
+  engram_recent_.assign(engram_recent.begin(), engram_recent.end());
+}
+
+void SequenceState::AdoptEngramHistory(std::span<const int32_t> history) {
+  DI_CHECK(length_ == full_blocks() * layout_->block_tokens && adopted_,
+           "Engram history can only be adopted with cached blocks, before the first forward");
+  engram_recent_.assign(history.begin(), history.end());
 }
 
 }  // namespace deepinfer

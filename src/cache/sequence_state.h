@@ -19,17 +19,27 @@ class SequenceState {
   SequenceState() = default;  // holds nothing; Model::Forward rejects it
   SequenceState(std::shared_ptr<const CacheLayout> layout, std::shared_ptr<PagePool> pool);
 
-  int64_t length = 0;                  // tokens already processed; the next token sits here
-  std::vector<int32_t> engram_recent;  // compressed ids of the last lookback tokens, oldest first
+  int64_t length() const { return length_; }  // tokens already processed; the next token sits here
+  // Compressed ids of the last Engram look-back tokens, oldest first (empty without Engram).
+  const std::vector<int32_t>& engram_recent() const { return engram_recent_; }
+
+  // The end of a forward that wrote `tokens` positions from length() on (in pages PrepareAppend
+  // made ready): the model's commit, the one place the length moves forward.
+  void CommitAppend(int64_t tokens, std::span<const int32_t> engram_recent);
 
   bool valid() const { return layout_ != nullptr; }
   const CacheLayout& layout() const { return *layout_; }
   PagePool& pool() const { return *pool_; }
 
-  // Reading. A window entry is head_dim e4m3 codes followed by head_dim/32 ue8m0 exponents;
-  // a compressed entry is laid out as CacheLayout describes.
+  // Reading: the raw entry bytes, or their parts as CacheLayout lays them out.
   const uint8_t* window_entry(int layer, int64_t position) const;
   const uint8_t* compressed_entry(int layer, int64_t group) const;
+  WindowEntry<const uint8_t> window_parts(int layer, int64_t position) const {
+    return layout_->WindowParts(window_entry(layer, position));
+  }
+  CompressedEntry<const uint8_t> compressed_parts(int layer, int64_t group) const {
+    return layout_->CompressedParts(compressed_entry(layer, group));
+  }
   int64_t compressed_count(int layer) const { return compressed_count_[layer]; }
   int pending_count(int layer) const { return pending_count_[layer]; }
   // [pending_count, head_dim] each.
@@ -39,6 +49,12 @@ class SequenceState {
   // Writing, only inside pages PrepareAppend made ready.
   uint8_t* mutable_window_entry(int layer, int64_t position);
   uint8_t* AppendCompressed(int layer);  // the next group's entry
+  WindowEntry<uint8_t> mutable_window_parts(int layer, int64_t position) {
+    return layout_->WindowParts(mutable_window_entry(layer, position));
+  }
+  CompressedEntry<uint8_t> AppendCompressedParts(int layer) {
+    return layout_->CompressedParts(AppendCompressed(layer));
+  }
   // Replaces the partial group: `count` < ratio positions of kv and of gate.
   void SetPending(int layer, const float* kv, const float* gate, int count);
 
@@ -56,17 +72,22 @@ class SequenceState {
   uint64_t CacheBytes() const;
 
   // Prefix sharing. A full block (every position < length) never changes again.
-  int64_t full_blocks() const { return length / layout_->block_tokens; }
+  int64_t full_blocks() const { return length_ / layout_->block_tokens; }
   const PageRef& window_page(int64_t block) const { return window_pages_[block]; }
   const PageRef& compressed_page(int64_t block) const;
   // Turns a fresh state into one that has processed `blocks` full blocks whose pages are given
   // (window pages may be null where the window no longer reaches). Engram history is the
-  // caller's (Model::EngramHistory).
+  // caller's (AdoptEngramHistory).
   void AdoptBlocks(int64_t blocks, std::span<const PageRef> window_pages, std::span<const PageRef> compressed_pages);
+  // The Engram look-back of the adopted tokens (Model::EngramHistory), right after AdoptBlocks.
+  void AdoptEngramHistory(std::span<const int32_t> history);
 
  private:
   bool EnsureOwned(PageRef& page, int64_t bytes);
 
+  int64_t length_ = 0;
+  std::vector<int32_t> engram_recent_;
+  bool adopted_ = false;  // AdoptBlocks ran and no forward since
   std::shared_ptr<const CacheLayout> layout_;
   std::shared_ptr<PagePool> pool_;
   std::vector<PageRef> window_pages_;      // per block; null once out of the window

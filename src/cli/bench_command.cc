@@ -14,13 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "cli/serving_bench.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -158,7 +159,7 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
     for (int64_t t = 0; t < kDecodePromptTokens; ++t) prompts[b].push_back(BenchToken(1000 + b, t, vocab));
   }
   std::vector<ForwardItem> items(batch);
-  for (int64_t b = 0; b < batch; ++b) items[b] = ForwardItem{&states[b], prompts[b], false};
+  for (int64_t b = 0; b < batch; ++b) items[b] = ForwardItem{&states[b], prompts[b]};
   std::vector<float> logits = model.Forward(items, ctx);
   std::vector<int32_t> next(batch);
   DecodeResult result;
@@ -167,7 +168,7 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       next[b] = Argmax(logits.data() + b * vocab, vocab);
-      items[b] = ForwardItem{&states[b], std::span<const int32_t>(&next[b], 1), false};
+      items[b] = ForwardItem{&states[b], std::span<const int32_t>(&next[b], 1)};
     }
     ForwardStats stats;
     const Clock::time_point start = Clock::now();
@@ -224,7 +225,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                     model->max_context());
   }
   ThreadPool pool(o.threads);
-  const ComputeContext ctx{pool, isa};
+  CpuBackend backend(pool, isa);
+  const ComputeContext ctx{backend};
 
   // The machine's limits, with the same threads.
   Progress("measuring DRAM read bandwidth (1 GiB)");
@@ -239,11 +241,11 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   for (int64_t t = 0; t < o.prefill_tokens; ++t) prompt[t] = BenchToken(1, t, config.vocab_size);
   for (int64_t k = 0; k < o.warmup; ++k) {
     SequenceState warm = model->NewSequence();
-    const ForwardItem item{&warm, prompt, false};
+    const ForwardItem item{&warm, prompt};
     model->Forward({&item, 1}, ctx);
   }
   SequenceState state = model->NewSequence();
-  const ForwardItem prefill_item{&state, prompt, false};
+  const ForwardItem prefill_item{&state, prompt};
   const Clock::time_point prefill_start = Clock::now();
   model->Forward({&prefill_item, 1}, ctx);
   const double ttft_s = Seconds(prefill_start, Clock::now());

@@ -1,6 +1,6 @@
 #include "cli/build_info.h"
 
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
 namespace {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "backend/cpu_backend.h"
 #include "chat/chat_encoding.h"
 #include "chat/output_parser.h"
 #include "cli/default_model.h"
@@ -114,7 +115,8 @@ class TerminalChat {
         model_(model),
         tokenizer_(tokenizer),
         pool_(options.threads),
-        engine_(model, ComputeContext{pool_, DetectIsa()}, EngineOptions{}, &tokenizer),
+        backend_(pool_, DetectIsa()),
+        engine_(model, ComputeContext{backend_}, EngineOptions{}, &tokenizer),
         out_(out),
         color_(color),
         system_(options.system),
@@ -218,6 +220,7 @@ class TerminalChat {
   const Model& model_;
   const Tokenizer& tokenizer_;
   ThreadPool pool_;
+  CpuBackend backend_;
   Engine engine_;
   std::ostream& out_;
   bool color_;

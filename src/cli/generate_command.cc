@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "backend/cpu_backend.h"
 #include "chat/chat_encoding.h"
 #include "chat/structured_output.h"
 #include "cli/default_model.h"
@@ -263,7 +264,8 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   ThreadPool pool(options.threads);
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
-  Engine engine(*model, ComputeContext{pool, DetectIsa()}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
+  CpuBackend backend(pool, DetectIsa());
+  Engine engine(*model, ComputeContext{backend}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
   std::vector<RequestId> choices;
   for (int64_t i = 0; i < options.n; ++i) {
     RequestParams request{.prompt = prompt, .sampling = options.sampling, .seed = options.seed + i};

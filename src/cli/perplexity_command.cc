@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 
+#include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "core/error.h"
@@ -118,7 +119,8 @@ int RunPerplexityCommand(const std::vector<std::string>& args) {
   EngineOptions engine_options;
   engine_options.prefix_caching = false;
   engine_options.max_running = static_cast<int>(o.max_running);
-  Engine engine(*model, ComputeContext{pool, DetectIsa()}, engine_options, &tokenizer);
+  CpuBackend backend(pool, DetectIsa());
+  Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   const size_t vocab = static_cast<size_t>(config.vocab_size);
   struct Running {
     Window window;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "cli/model_loading.h"
@@ -17,7 +18,7 @@
 #include "core/model_directory.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 #include "model/model.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
@@ -178,7 +179,8 @@ int RunServeCommand(const std::vector<std::string>& args) {
   engine_options.prefix_caching = o.prefix_cache;
   engine_options.seed = o.seed;
   const IsaLevel isa = ChooseIsa(o.isa);
-  Engine engine(*model, ComputeContext{pool, isa}, engine_options, &tokenizer);
+  CpuBackend backend(pool, isa);
+  Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   Metrics metrics;
   EngineLoop loop(engine, metrics, static_cast<int>(max_running),
                   static_cast<int>(std::min<int64_t>(o.max_queue, INT_MAX)));

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "cli/http_client.h"
@@ -30,7 +31,7 @@
 #include "engine/sampler.h"
 #include "engine/stop_conditions.h"
 #include "io/model_config.h"
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -294,7 +295,8 @@ std::vector<RequestRecord> ServeInProcess(const ServingOptions& o, int64_t max_r
   CheckWorkload(o, vocab, model->max_context());
 
   ThreadPool pool(o.threads);
-  const ComputeContext ctx{pool, isa};
+  CpuBackend backend(pool, isa);
+  const ComputeContext ctx{backend};
   EngineOptions engine_options;
   engine_options.max_step_tokens = o.max_step_tokens;
   engine_options.max_running = static_cast<int>(max_running);
@@ -768,7 +770,8 @@ int RunContextSweep(const std::vector<std::string>& args) {
                     " exceeds the model's max_position_embeddings of ", model_max, " (", model_dir, ")");
   }
   ThreadPool pool(o.threads);
-  const ComputeContext ctx{pool, isa};
+  CpuBackend backend(pool, isa);
+  const ComputeContext ctx{backend};
 
   std::vector<SweepCell> cells;  // max_model_len-major
   for (const int64_t max_len : o.max_model_lens) {

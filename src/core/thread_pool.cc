@@ -62,11 +62,15 @@ void ThreadPool::StopWorkers() {
   workers_.clear();
 }
 
-void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>& body) {
+void ThreadPool::ParallelFor(size_t n, FunctionRef<void(size_t, size_t)> body) {
+  ParallelForThreads(n, [&](size_t begin, size_t end, int) { body(begin, end); });
+}
+
+void ThreadPool::ParallelForThreads(size_t n, FunctionRef<void(size_t, size_t, int)> body) {
   if (n == 0) return;
   const int parts = size();
   if (parts == 1 || n == 1) {
-    body(0, n);
+    body(0, n, 0);
     return;
   }
   {
@@ -81,7 +85,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>
   std::exception_ptr own_error;
   try {
     const std::pair<size_t, size_t> range = RangeOf(n, parts, 0);
-    if (range.first < range.second) GuardMappedReads([&] { body(range.first, range.second); });
+    if (range.first < range.second) GuardMappedReads([&] { body(range.first, range.second, 0); });
   } catch (...) {
     own_error = std::current_exception();
   }
@@ -113,11 +117,11 @@ void ThreadPool::WorkerLoop(int worker_index) {
     }
     if (stopping_.load(std::memory_order_acquire)) return;
     seen_generation = generation;
-    const std::function<void(size_t, size_t)>* body = body_;
+    const FunctionRef<void(size_t, size_t, int)>* body = body_;
     const size_t total = total_;
     try {
       const std::pair<size_t, size_t> range = RangeOf(total, size(), worker_index);
-      if (range.first < range.second) GuardMappedReads([&] { (*body)(range.first, range.second); });
+      if (range.first < range.second) GuardMappedReads([&] { (*body)(range.first, range.second, worker_index); });
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!first_error_) first_error_ = std::current_exception();

@@ -18,10 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace deepinfer {
 
@@ -42,7 +43,10 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls body(begin, end) on disjoint ranges covering [0, n). Blocks until all are done.
-  void ParallelFor(size_t n, const std::function<void(size_t begin, size_t end)>& body);
+  void ParallelFor(size_t n, FunctionRef<void(size_t begin, size_t end)> body);
+  // The same, also passing the part index (0 is the calling thread, < size()): the range's
+  // thread-owned scratch.
+  void ParallelForThreads(size_t n, FunctionRef<void(size_t begin, size_t end, int thread)> body);
 
  private:
   void WorkerLoop(int worker_index);
@@ -53,7 +57,7 @@ class ThreadPool {
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
   // Published by the caller before `generation_` is bumped (release), read after (acquire).
-  const std::function<void(size_t, size_t)>* body_ = nullptr;
+  const FunctionRef<void(size_t, size_t, int)>* body_ = nullptr;
   size_t total_ = 0;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};

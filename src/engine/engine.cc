@@ -21,6 +21,9 @@ struct Engine::Request {
   int64_t logits_returned = 0;                  // positions whose logits went out (a recompute does not resend)
   std::optional<ConstraintMatcher> constraint;  // with params.constraint: at the end of the output
   std::vector<uint64_t> allowed;                // its token mask, one bit per vocabulary id
+  // Prefill until the step that samples its first token, then decode (a preempted request
+  // prefills again). A decode step runs every pending token (one today; a verify step more).
+  enum class Phase { kPrefill, kDecode } phase = Phase::kPrefill;
 
   Request(RequestId id_, uint64_t arrival_, RequestParams params_, uint64_t seed, int eos, const Tokenizer* tokenizer)
       : id(id_),
@@ -38,7 +41,7 @@ struct Engine::Request {
   }
 
   std::span<const int32_t> output() const { return std::span<const int32_t>(tokens).subspan(prompt_length); }
-  int64_t pending_tokens() const { return static_cast<int64_t>(tokens.size()) - state->length; }
+  int64_t pending_tokens() const { return static_cast<int64_t>(tokens.size()) - state->length(); }
 };
 
 namespace {
@@ -184,12 +187,13 @@ void Engine::Finish(Request& request, FinishReason reason, std::string error, st
 
 void Engine::Admit(Request& request) {
   request.state.emplace(layout_, pool_);
+  request.phase = Request::Phase::kPrefill;
   request.cached_tokens = 0;
   if (prefix_cache_ && !request.params.return_logits) {
     request.cached_tokens = prefix_cache_->Attach(request.tokens, *request.state);
     if (request.cached_tokens > 0) {
-      request.state->engram_recent =
-          model_.EngramHistory(std::span<const int32_t>(request.tokens).first(request.cached_tokens));
+      request.state->AdoptEngramHistory(
+          model_.EngramHistory(std::span<const int32_t>(request.tokens).first(request.cached_tokens)));
     }
   }
   request.offered_blocks = request.state->full_blocks();
@@ -215,7 +219,7 @@ int64_t Engine::Reserve(Request& request, int64_t tokens, bool plan_empty, std::
     if (running_.size() == 1 && plan_empty) {
       Finish(request, FinishReason::kError,
              "the KV cache budget of " + std::to_string(pool_->budget_bytes()) + " bytes cannot hold a context of " +
-                 std::to_string(request.state->length + 1) + " tokens",
+                 std::to_string(request.state->length() + 1) + " tokens",
              updates);
     } else {
       Preempt(request);
@@ -230,12 +234,12 @@ std::vector<Engine::PlannedItem> Engine::Schedule(std::vector<RequestUpdate>& up
   // Every decoding request runs each step (max_running <= budget); prefill chunks share the
   // rest, oldest request first, so neither decodes nor long prompts starve.
   int64_t decode_reserve = 0;
-  for (const Request* r : running_) decode_reserve += r->pending_tokens() == 1 ? 1 : 0;
+  for (const Request* r : running_) decode_reserve += r->phase == Request::Phase::kDecode ? r->pending_tokens() : 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     Request* r = running_[i];
-    const bool decoding = r->pending_tokens() == 1;
-    const int64_t want = decoding ? 1 : std::min(r->pending_tokens(), budget - decode_reserve);
-    if (decoding) --decode_reserve;
+    const bool decoding = r->phase == Request::Phase::kDecode;
+    const int64_t want = decoding ? r->pending_tokens() : std::min(r->pending_tokens(), budget - decode_reserve);
+    if (decoding) decode_reserve -= r->pending_tokens();
     if (want <= 0) continue;
     const int64_t got = Reserve(*r, want, plan.empty(), updates);
     if (got == 0) {
@@ -285,11 +289,12 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
   int64_t longest = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Request& r = *plan[i].request;
-    const int64_t start = r.state->length;
+    const int64_t start = r.state->length();
     items[i].state = &*r.state;
     items[i].tokens = std::span<const int32_t>(r.tokens).subspan(start, plan[i].tokens);
-    items[i].all_logits = r.params.return_logits;
-    items[i].no_logits = !r.params.return_logits && start + plan[i].tokens < static_cast<int64_t>(r.tokens.size());
+    items[i].logits = r.params.return_logits                                           ? LogitsMode::kAll
+                      : start + plan[i].tokens < static_cast<int64_t>(r.tokens.size()) ? LogitsMode::kNone
+                                                                                       : LogitsMode::kLast;
     items[i].keep_window_pages = prefix_cache_ != nullptr;
     longest = std::max(longest, start + plan[i].tokens);
     stats_.computed_tokens += plan[i].tokens;
@@ -299,9 +304,9 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
   stats_.last_step_bucket = buckets_[bucket];
   ++stats_.steps;
 
-  std::vector<float> logits;
+  std::vector<float>& logits = logits_;
   try {
-    logits = model_.Forward(items, ctx_);
+    model_.ForwardInto(items, ctx_, logits);
   } catch (const Error& error) {
     // Nothing changed in any state (Forward validates first); the requests cannot go on.
     for (const PlannedItem& item : plan) Finish(*item.request, FinishReason::kError, error.what(), updates);
@@ -319,21 +324,21 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
       }
       state.ReleaseStaleWindowPages();
     }
-    if (items[i].no_logits) continue;
-    const int64_t rows = items[i].all_logits ? plan[i].tokens : 1;
+    if (items[i].logits == LogitsMode::kNone) continue;
+    const int64_t rows = items[i].logits == LogitsMode::kAll ? plan[i].tokens : 1;
     const std::span<const float> returned(logits.data() + row * vocab, rows * vocab);
     row += rows;
     const std::span<const float> row_logits = returned.last(vocab);
     // With return_logits: the rows of positions not handed back before (after a preemption the
     // recompute produces them again, bit-identical).
     std::span<const float> fresh;
-    if (items[i].all_logits) {
-      const int64_t first_position = state.length - plan[i].tokens;
+    if (items[i].logits == LogitsMode::kAll) {
+      const int64_t first_position = state.length() - plan[i].tokens;
       const int64_t skip = std::clamp<int64_t>(r.logits_returned - first_position, 0, plan[i].tokens);
       fresh = returned.subspan(skip * vocab);
-      r.logits_returned = std::max(r.logits_returned, state.length);
+      r.logits_returned = std::max(r.logits_returned, state.length());
     }
-    if (state.length < static_cast<int64_t>(r.tokens.size())) {  // a prefill chunk: only logits to hand back
+    if (state.length() < static_cast<int64_t>(r.tokens.size())) {  // a prefill chunk: only logits to hand back
       if (fresh.empty()) continue;
       RequestUpdate& update = updates.emplace_back();
       update.id = r.id;
@@ -361,6 +366,7 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     }
     if (r.constraint) DI_CHECK(r.constraint->Accept(sample.token), "sampled token ", sample.token, " outside the mask");
     r.tokens.push_back(sample.token);
+    r.phase = Request::Phase::kDecode;
     ++stats_.generated_tokens;
     StopStep stop = r.stop.Append(sample.token);
     RequestUpdate& update = updates.emplace_back();

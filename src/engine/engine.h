@@ -158,6 +158,7 @@ class Engine {
 
   const Model& model_;
   ComputeContext ctx_;
+  std::vector<float> logits_;  // the last step's, reused
   EngineOptions options_;
   const Tokenizer* tokenizer_;
   std::shared_ptr<const CacheLayout> layout_;

@@ -1,221 +1,70 @@
 // The V4.1 forward, top to bottom: embed -> 4 hyper-connection copies -> per layer
-// (Engram, attention site, FFN site) -> collapse -> norm -> fp32 head.
+// (Engram, attention site, FFN site) -> collapse -> norm -> fp32 head. Every computation is an
+// op of ctx.backend; every buffer comes from its workspace.
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
-#include "core/numeric.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/ops.h"
 #include "model/model_internal.h"
 
 namespace deepinfer {
 namespace {
 
-// One site's mHC coefficients from its stream (spec 3.4), all fp32.
+// One site's mHC coefficients (spec 3.4), all fp32.
 struct HcMix {
-  std::vector<float> pre, post, comb;  // [rows, hc], [rows, hc], [rows, hc, hc]
+  Tensor pre, post, comb;  // [rows, hc], [rows, hc], [rows, hc, hc]
 };
 
-HcMix ComputeHcMix(const std::vector<float>& streams, int64_t rows, int hc, int64_t dim,
-                   const HyperConnectionWeights& w, float norm_eps, int sinkhorn_iters, float hc_eps,
-                   const ComputeContext& ctx) {
-  const int64_t flat = hc * dim;
-  const int64_t mix = w.fn.rows;
-  std::vector<float> mixes(rows * mix);
-  DenseLinear(w.fn, streams.data(), rows, mixes.data(), /*round_to_bf16=*/false, ctx);
-  HcMix out{std::vector<float>(rows * hc), std::vector<float>(rows * hc), std::vector<float>(rows * hc * hc)};
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = streams.data() + r * flat;
-    float sum_squares = 0.0f;
-    for (int64_t i = 0; i < flat; ++i) sum_squares += x[i] * x[i];
-    const float inv_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(flat) + norm_eps);
-    float* m = mixes.data() + r * mix;
-    for (int64_t k = 0; k < mix; ++k) m[k] *= inv_rms;
-    float* pre = out.pre.data() + r * hc;
-    float* post = out.post.data() + r * hc;
-    float* comb = out.comb.data() + r * hc * hc;
-    for (int i = 0; i < hc; ++i) {
-      pre[i] = Sigmoid(m[i] * w.scale[0] + w.base[i]) + hc_eps;
-      post[i] = 2.0f * Sigmoid(m[hc + i] * w.scale[1] + w.base[hc + i]);
-    }
-    // comb[i][j] = element 2hc + hc*i + j: row softmax, + eps, then Sinkhorn on columns/rows.
-    for (int i = 0; i < hc; ++i) {
-      float* row = comb + i * hc;
-      float row_max = -INFINITY;
-      for (int j = 0; j < hc; ++j) {
-        row[j] = m[2 * hc + i * hc + j] * w.scale[2] + w.base[2 * hc + i * hc + j];
-        row_max = std::max(row_max, row[j]);
-      }
-      float row_sum = 0.0f;
-      for (int j = 0; j < hc; ++j) {
-        row[j] = std::exp(row[j] - row_max);
-        row_sum += row[j];
-      }
-      for (int j = 0; j < hc; ++j) row[j] = row[j] / row_sum + hc_eps;
-    }
-    auto normalize_columns = [&] {
-      for (int j = 0; j < hc; ++j) {
-        float col_sum = 0.0f;
-        for (int i = 0; i < hc; ++i) col_sum += comb[i * hc + j];
-        for (int i = 0; i < hc; ++i) comb[i * hc + j] = comb[i * hc + j] / (col_sum + hc_eps);
-      }
-    };
-    normalize_columns();
-    for (int iter = 0; iter < sinkhorn_iters - 1; ++iter) {
-      for (int i = 0; i < hc; ++i) {
-        float row_sum = 0.0f;
-        for (int j = 0; j < hc; ++j) row_sum += comb[i * hc + j];
-        for (int j = 0; j < hc; ++j) comb[i * hc + j] = comb[i * hc + j] / (row_sum + hc_eps);
-      }
-      normalize_columns();
-    }
-  }
-  return out;
+HcMix TakeHcMix(Workspace& workspace, int64_t rows, int hc) {
+  return {workspace.Take<float>({rows, hc}), workspace.Take<float>({rows, hc}), workspace.Take<float>({rows, hc, hc})};
 }
 
-// hc_pre: sum_i pre[i] * X[i], fp32, stored bf16.
-void HcCollapse(const std::vector<float>& streams, const std::vector<float>& pre, int64_t rows, int hc, int64_t dim,
-                std::vector<float>& out) {
-  out.assign(rows * dim, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = streams.data() + r * hc * dim;
-    const float* p = pre.data() + r * hc;
-    float* o = out.data() + r * dim;
-    for (int64_t d = 0; d < dim; ++d) {
-      float acc = p[0] * x[d];
-      for (int i = 1; i < hc; ++i) acc += p[i] * x[i * dim + d];
-      o[d] = RoundToBF16(acc);
-    }
+int64_t LogitRowsOf(const ForwardItem& item) {
+  switch (item.logits) {
+    case LogitsMode::kLast:
+      return 1;
+    case LogitsMode::kAll:
+      return static_cast<int64_t>(item.tokens.size());
+    case LogitsMode::kNone:
+      return 0;
   }
-}
-
-// hc_post: X'[j] = post[j] * y + sum_i comb[i][j] * X[i], fp32, stored bf16.
-void HcExpand(const std::vector<float>& y, const HcMix& mix, int64_t rows, int hc, int64_t dim,
-              std::vector<float>& streams) {
-  std::vector<float> mixed(hc * dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* x = streams.data() + r * hc * dim;
-    const float* post = mix.post.data() + r * hc;
-    const float* comb = mix.comb.data() + r * hc * hc;
-    const float* yr = y.data() + r * dim;
-    for (int j = 0; j < hc; ++j) {
-      for (int64_t d = 0; d < dim; ++d) {
-        float acc = comb[j] * x[d];
-        for (int i = 1; i < hc; ++i) acc += comb[i * hc + j] * x[i * dim + d];
-        mixed[j * dim + d] = post[j] * yr[d] + acc;
-      }
-    }
-    for (int64_t i = 0; i < hc * dim; ++i) x[i] = RoundToBF16(mixed[i]);
-  }
-}
-
-void NormRows(const std::vector<float>& x, int64_t rows, int64_t dim, const std::vector<float>& weight, float eps,
-              std::vector<float>& out) {
-  out.resize(rows * dim);
-  for (int64_t r = 0; r < rows; ++r) RmsNorm(x.data() + r * dim, dim, weight.data(), eps, out.data() + r * dim);
+  return 0;
 }
 
 }  // namespace
 
-std::vector<float> Model::Forward(std::span<const ForwardItem> items, ThreadPool& pool) const {
-  return Forward(items, ComputeContext{pool, DetectIsa()});
-}
-
 std::vector<float> Model::Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
                                   ForwardStats* stats) const {
   std::vector<float> logits;
-  try {
-    GuardMappedReads([&] { logits = ForwardUnguarded(items, ctx, stats); });
-  } catch (const MappedFileFault& fault) {
-    throw MappedFileError(fault, checkpoint_);
-  }
+  ForwardInto(items, ctx, logits, stats);
   return logits;
 }
 
-std::vector<float> Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx,
-                                           ForwardStats* stats) const {
+void Model::ForwardInto(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
+                        ForwardStats* stats) const {
+  try {
+    GuardMappedReads([&] { ForwardUnguarded(items, ctx, logits, stats); });
+  } catch (const MappedFileFault& fault) {
+    throw MappedFileError(fault, checkpoint_);
+  }
+}
+
+void Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
+                             ForwardStats* stats) const {
   const ModelConfig& c = config_;
-  const int hc = c.hc_mult;
-  const int64_t dim = c.hidden_size;
-  const float eps = static_cast<float>(c.norm_eps);
+  Workspace& workspace = ctx.backend.workspace();
+  workspace.Reset();
 
-  // Validate everything before any state changes.
-  Batch batch;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const ForwardItem& item = items[i];
-    DI_CHECK(item.state != nullptr && item.state->valid() && item.state->layout().Serves(c), "forward item ", i,
-             " has no sequence state of this model");
-    if (item.tokens.empty()) throw MakeError("sequence ", i, ": no tokens to process");
-    const int64_t end = item.state->length + static_cast<int64_t>(item.tokens.size());
-    if (end > max_context_) {
-      throw MakeError("sequence ", i, ": ", end, " tokens exceed the configured maximum context of ", max_context_,
-                      " tokens");
-    }
-    batch.items.push_back(&item);
-    batch.first_row.push_back(batch.size());
-    for (size_t t = 0; t < item.tokens.size(); ++t) {
-      const int32_t token = item.tokens[t];
-      if (token < 0 || token >= c.vocab_size) {
-        throw MakeError("sequence ", i, ": token id ", token, " at position ", item.state->length + t,
-                        " is outside the model vocabulary [0, ", c.vocab_size, ")");
-      }
-      batch.rows.push_back({static_cast<int>(i), item.state->length + static_cast<int64_t>(t), token});
-    }
-  }
+  const Batch batch = ValidateAndReserve(items, workspace);
   const int64_t rows = batch.size();
-  // Pages for the new positions (copies of shared ones), still before any value changes.
-  for (size_t i = 0; i < items.size(); ++i) {
-    SequenceState& state = *items[i].state;
-    if (!state.PrepareAppend(static_cast<int64_t>(items[i].tokens.size()))) {
-      throw MakeError("sequence ", i, ": the KV cache budget of ", state.pool().budget_bytes(), " bytes (",
-                      state.pool().held_bytes(), " held) cannot hold ", items[i].tokens.size(), " more tokens");
-    }
-  }
-
-  // Engram hash ids, [rows, engram layers, columns], from each sequence's recent tokens.
-  std::vector<int64_t> hash_ids;
-  std::vector<std::vector<int32_t>> new_recent(items.size());
-  if (hasher_) {
-    const int lookback = hasher_->lookback();
-    const int columns = hasher_->columns();
-    const int layers = static_cast<int>(c.engram_layer_ids.size());
-    hash_ids.resize(rows * layers * columns);
-    for (int i = 0; i < static_cast<int>(items.size()); ++i) {
-      // history: compressed ids of every position from (start - lookback) on; dead before 0.
-      std::vector<int32_t> history(lookback, kEngramDeadToken);
-      const std::vector<int32_t>& recent = items[i].state->engram_recent;
-      std::copy(recent.begin(), recent.end(), history.end() - static_cast<int64_t>(recent.size()));
-      for (int32_t token : items[i].tokens) history.push_back(hasher_->Compress(token));
-      std::vector<int32_t> newest_first(lookback + 1);
-      for (int64_t t = 0; t < batch.count(i); ++t) {
-        for (int s = 0; s <= lookback; ++s) newest_first[s] = history[lookback + t - s];
-        const int64_t row = batch.first_row[i] + t;
-        for (int l = 0; l < layers; ++l) {
-          hasher_->HashIds(l, newest_first, hash_ids.data() + (row * layers + l) * columns);
-        }
-      }
-      new_recent[i].assign(history.end() - lookback, history.end());
-    }
-  }
-
-  // Embedding, expanded to hc identical copies.
-  std::vector<float> streams(rows * hc * dim);
-  {
-    std::vector<float> embedding(dim);
-    for (int64_t r = 0; r < rows; ++r) {
-      weights_.embed.DequantizedRow(batch.rows[r].token, embedding.data());
-      for (int i = 0; i < hc; ++i) std::copy(embedding.begin(), embedding.end(), streams.begin() + (r * hc + i) * dim);
-    }
-  }
+  std::span<std::span<int32_t>> recent = workspace.TakeArray<std::span<int32_t>>(batch.item_count());
+  const Tensor hash_ids = HashEngramIds(batch, workspace, recent);
+  const Tensor streams = Embed(batch, ctx);
   // The first site collapses copy 0 only.
-  std::vector<float> pre_mix(rows * hc, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) pre_mix[r * hc] = 1.0f;
+  const Tensor pre_mix = workspace.TakeZeroed(ElementType::kF32, {rows, c.hc_mult});
+  for (int64_t r = 0; r < rows; ++r) pre_mix.row<float>(r)[0] = 1.0f;
 
-  SharedIndex shared;
-  shared.topk.resize(rows);
-  shared.candidates.resize(rows);
-  uint64_t weight_bytes = rows * dim * 2 + weights_.head.bytes();  // embedding rows, head
+  SharedIndex shared = ReserveSharedIndex(batch, workspace);
+  uint64_t weight_bytes = rows * c.hidden_size * 2 + weights_.head.bytes();  // embedding rows, head
   for (int layer = 0; layer < c.num_layers; ++layer) {
     if (const auto& engram = weights_.layers[layer].engram) {
       ApplyEngram(layer, batch, hash_ids, streams, ctx);
@@ -226,114 +75,242 @@ std::vector<float> Model::ForwardUnguarded(std::span<const ForwardItem> items, c
   }
   if (stats != nullptr) stats->weight_bytes = weight_bytes;
 
-  // Collapse with the last FFN site's pre, final norm, fp32 head on the requested rows.
-  std::vector<int64_t> logit_rows;
-  for (int i = 0; i < static_cast<int>(items.size()); ++i) {
-    const int64_t first = batch.first_row[i];
-    const int64_t count = batch.count(i);
-    if (items[i].no_logits) continue;
-    for (int64_t t = items[i].all_logits ? 0 : count - 1; t < count; ++t) logit_rows.push_back(first + t);
-  }
-  std::vector<float> selected_streams(logit_rows.size() * hc * dim);
-  std::vector<float> selected_pre(logit_rows.size() * hc);
-  for (size_t k = 0; k < logit_rows.size(); ++k) {
-    std::copy_n(streams.begin() + logit_rows[k] * hc * dim, hc * dim, selected_streams.begin() + k * hc * dim);
-    std::copy_n(pre_mix.begin() + logit_rows[k] * hc, hc, selected_pre.begin() + k * hc);
-  }
-  const int64_t out_rows = static_cast<int64_t>(logit_rows.size());
-  std::vector<float> collapsed, normed;
-  HcCollapse(selected_streams, selected_pre, out_rows, hc, dim, collapsed);
-  NormRows(collapsed, out_rows, dim, weights_.norm, eps, normed);
-  std::vector<float> logits(out_rows * c.vocab_size);
-  if (out_rows > 0) DenseLinear(weights_.head, normed.data(), out_rows, logits.data(), /*round_to_bf16=*/false, ctx);
-
-  for (size_t i = 0; i < items.size(); ++i) {
-    items[i].state->length += static_cast<int64_t>(items[i].tokens.size());
-    if (hasher_) items[i].state->engram_recent = std::move(new_recent[i]);
-    if (!items[i].keep_window_pages) items[i].state->ReleaseStaleWindowPages();
-  }
-  return logits;
+  Head(batch, streams, pre_mix, ctx, logits);
+  Commit(batch, recent);
 }
 
-void Model::RunBlock(int layer, const Batch& batch, std::vector<float>& streams, std::vector<float>& pre_mix,
-                     SharedIndex& shared, const ComputeContext& ctx, uint64_t* routed_bytes) const {
+Model::Batch Model::ValidateAndReserve(std::span<const ForwardItem> items, Workspace& workspace) const {
+  const ModelConfig& c = config_;
+  // Validate everything before any state changes.
+  int64_t rows = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& item = items[i];
+    DI_CHECK(item.state != nullptr && item.state->valid() && item.state->layout().Serves(c), "forward item ", i,
+             " has no sequence state of this model");
+    if (item.tokens.empty()) throw MakeError("sequence ", i, ": no tokens to process");
+    const int64_t end = item.state->length() + static_cast<int64_t>(item.tokens.size());
+    if (end > max_context_) {
+      throw MakeError("sequence ", i, ": ", end, " tokens exceed the configured maximum context of ", max_context_,
+                      " tokens");
+    }
+    for (size_t t = 0; t < item.tokens.size(); ++t) {
+      const int32_t token = item.tokens[t];
+      if (token < 0 || token >= c.vocab_size) {
+        throw MakeError("sequence ", i, ": token id ", token, " at position ", item.state->length() + t,
+                        " is outside the model vocabulary [0, ", c.vocab_size, ")");
+      }
+    }
+    rows += static_cast<int64_t>(item.tokens.size());
+  }
+
+  std::span<const ForwardItem*> item_ptrs = workspace.TakeArray<const ForwardItem*>(items.size());
+  std::span<int64_t> first_row = workspace.TakeArray<int64_t>(items.size());
+  std::span<int32_t> item_of = workspace.TakeArray<int32_t>(rows);
+  std::span<int64_t> positions = workspace.TakeArray<int64_t>(rows);
+  std::span<int32_t> tokens = workspace.TakeArray<int32_t>(rows);
+  int64_t row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    item_ptrs[i] = &items[i];
+    first_row[i] = row;
+    for (size_t t = 0; t < items[i].tokens.size(); ++t, ++row) {
+      item_of[row] = static_cast<int32_t>(i);
+      positions[row] = items[i].state->length() + static_cast<int64_t>(t);
+      tokens[row] = items[i].tokens[t];
+    }
+  }
+  // Pages for the new positions (copies of shared ones), still before any value changes.
+  for (size_t i = 0; i < items.size(); ++i) {
+    SequenceState& state = *items[i].state;
+    if (!state.PrepareAppend(static_cast<int64_t>(items[i].tokens.size()))) {
+      throw MakeError("sequence ", i, ": the KV cache budget of ", state.pool().budget_bytes(), " bytes (",
+                      state.pool().held_bytes(), " held) cannot hold ", items[i].tokens.size(), " more tokens");
+    }
+  }
+  return Batch{item_ptrs, first_row, item_of, positions, tokens};
+}
+
+Tensor Model::HashEngramIds(const Batch& batch, Workspace& workspace, std::span<std::span<int32_t>> recent) const {
+  if (!hasher_) return Tensor{};
+  const int lookback = hasher_->lookback();
+  const int columns = hasher_->columns();
+  const int layers = static_cast<int>(config_.engram_layer_ids.size());
+  const int64_t rows = batch.size();
+  const Tensor ids = workspace.Take<int64_t>({layers, rows, columns});
+  std::span<int32_t> newest_first = workspace.TakeArray<int32_t>(lookback + 1);
+  for (int i = 0; i < batch.item_count(); ++i) {
+    // history: compressed ids of every position from (start - lookback) on; dead before 0.
+    const int64_t count = batch.count(i);
+    std::span<int32_t> history = workspace.TakeArray<int32_t>(lookback + count);
+    std::fill_n(history.begin(), lookback, kEngramDeadToken);
+    const std::vector<int32_t>& held = batch.items[i]->state->engram_recent();
+    std::copy(held.begin(), held.end(), history.begin() + lookback - static_cast<int64_t>(held.size()));
+    for (int64_t t = 0; t < count; ++t) history[lookback + t] = hasher_->Compress(batch.items[i]->tokens[t]);
+    for (int64_t t = 0; t < count; ++t) {
+      for (int s = 0; s <= lookback; ++s) newest_first[s] = history[lookback + t - s];
+      const int64_t row = batch.first_row[i] + t;
+      for (int l = 0; l < layers; ++l)
+        hasher_->HashIds(l, newest_first, ids.host<int64_t>() + (l * rows + row) * columns);
+    }
+    recent[i] = history.subspan(count, lookback);
+  }
+  return ids;
+}
+
+Tensor Model::Embed(const Batch& batch, const ComputeContext& ctx) const {
+  // Embedding, expanded to hc identical copies.
+  const Tensor streams = ctx.backend.workspace().Take<float>({batch.size(), config_.hc_mult, config_.hidden_size});
+  ctx.backend.Embed(weights_.embed, batch.tokens, config_.hc_mult, streams);
+  return streams;
+}
+
+Model::SharedIndex Model::ReserveSharedIndex(const Batch& batch, Workspace& workspace) const {
+  const ModelConfig& c = config_;
+  const int64_t rows = batch.size();
+  const int items = batch.item_count();
+  SharedIndex shared;
+  shared.items = items;
+  shared.topk = workspace.Take<int32_t>({rows, c.index_topk});
+  shared.topk_count = workspace.TakeArray<int32_t>(rows);
+  std::fill(shared.topk_count.begin(), shared.topk_count.end(), 0);
+  // A candidate mask covers the entries its row may see, at most those of the newest row under
+  // the smallest compress ratio.
+  int min_ratio = 0;
+  for (const LayerRole& role : c.roles) {
+    if (role.kv_source && role.compress_ratio > 0) {
+      min_ratio = min_ratio == 0 ? role.compress_ratio : std::min(min_ratio, role.compress_ratio);
+    }
+  }
+  const int64_t newest = rows > 0 ? *std::max_element(batch.positions.begin(), batch.positions.end()) : 0;
+  shared.candidates = workspace.Take<uint8_t>({rows, min_ratio > 0 ? (newest + 1) / min_ratio : 0});
+  shared.candidate_size = workspace.TakeArray<int64_t>(rows);
+  std::fill(shared.candidate_size.begin(), shared.candidate_size.end(), 0);
+
+  shared.index_keys = workspace.TakeArray<Tensor>(c.num_layers * items);
+  std::fill(shared.index_keys.begin(), shared.index_keys.end(), Tensor{});
+  shared.index_keys_ready = workspace.TakeArray<uint8_t>(c.num_layers);
+  std::fill(shared.index_keys_ready.begin(), shared.index_keys_ready.end(), 0);
+  shared.selected = workspace.TakeArray<SharedIndex::SelectedEntries>(c.num_layers * items);
+  std::fill(shared.selected.begin(), shared.selected.end(), SharedIndex::SelectedEntries{});
+  shared.selected_ready = workspace.TakeArray<uint8_t>(c.num_layers);
+  std::fill(shared.selected_ready.begin(), shared.selected_ready.end(), 0);
+  // Entries of a KV source after this step, per item.
+  auto entries_after = [&](int kv_layer, int item) {
+    return (batch.start(item) + batch.count(item)) / c.roles[kv_layer].compress_ratio;
+  };
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const LayerRole& role = c.roles[layer];
+    if (role.compress_ratio <= 0) continue;
+    const int kv_layer = role.kv_source_layer;
+    if (role.index_source && shared.index_keys_of(kv_layer, 0).data == nullptr) {
+      for (int i = 0; i < items; ++i) {
+        shared.index_keys_of(kv_layer, i) = workspace.Take<float>({entries_after(kv_layer, i), c.index_head_dim});
+      }
+    }
+    const int source = role.index_source_layer;
+    if (shared.selected_of(source, 0).slot.data() == nullptr) {
+      const int source_kv = c.roles[source].kv_source_layer;
+      for (int i = 0; i < items; ++i) {
+        const int64_t entries = entries_after(source_kv, i);
+        SharedIndex::SelectedEntries& view = shared.selected_of(source, i);
+        view.slot = workspace.TakeArray<int32_t>(std::max<int64_t>(entries, 1));
+        view.rows = workspace.Take<float>({std::min(entries, batch.count(i) * c.index_topk), c.head_dim});
+      }
+    }
+  }
+  return shared;
+}
+
+void Model::Head(const Batch& batch, const Tensor& streams, const Tensor& pre_mix, const ComputeContext& ctx,
+                 std::vector<float>& logits) const {
+  // Collapse with the last FFN site's pre, final norm, fp32 head on the requested rows.
+  const ModelConfig& c = config_;
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  int64_t out_rows = 0;
+  for (const ForwardItem* item : batch.items) out_rows += LogitRowsOf(*item);
+  std::span<int64_t> logit_rows = workspace.TakeArray<int64_t>(out_rows);
+  int64_t k = 0;
+  for (int i = 0; i < batch.item_count(); ++i) {
+    const int64_t count = batch.count(i);
+    for (int64_t t = count - LogitRowsOf(*batch.items[i]); t < count; ++t) logit_rows[k++] = batch.first_row[i] + t;
+  }
+  const Tensor selected_streams = workspace.Take<float>({out_rows, c.hc_mult, c.hidden_size});
+  const Tensor selected_pre = workspace.Take<float>({out_rows, c.hc_mult});
+  const Tensor collapsed = workspace.Take<float>({out_rows, c.hidden_size});
+  const Tensor normed = workspace.Take<float>({out_rows, c.hidden_size});
+  backend.GatherRows(streams, logit_rows, selected_streams);
+  backend.GatherRows(pre_mix, logit_rows, selected_pre);
+  backend.HcCollapse(selected_streams, selected_pre, collapsed);
+  backend.RmsNorm(collapsed, weights_.norm, static_cast<float>(c.norm_eps), normed);
+  logits.resize(out_rows * c.vocab_size);
+  backend.Linear(weights_.head, normed,
+                 Tensor::Contiguous(ElementType::kF32, Device::kHost, {out_rows, c.vocab_size}, logits.data()),
+                 LinearNumerics::kFp32);
+}
+
+void Model::Commit(const Batch& batch, std::span<const std::span<int32_t>> recent) const {
+  for (int i = 0; i < batch.item_count(); ++i) {
+    const ForwardItem& item = *batch.items[i];
+    item.state->CommitAppend(batch.count(i),
+                             hasher_ ? std::span<const int32_t>(recent[i]) : std::span<const int32_t>());
+    if (!item.keep_window_pages) item.state->ReleaseStaleWindowPages();
+  }
+}
+
+void Model::RunBlock(int layer, const Batch& batch, const Tensor& streams, const Tensor& pre_mix, SharedIndex& shared,
+                     const ComputeContext& ctx, uint64_t* routed_bytes) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope block_scratch(workspace);
   const int hc = c.hc_mult;
-  const int64_t dim = c.hidden_size;
   const int64_t rows = batch.size();
   const float eps = static_cast<float>(c.norm_eps);
-  const float hc_eps = static_cast<float>(c.hc_eps);
+  const HcParams hc_params{hc, eps, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps)};
+  const Tensor collapsed = workspace.Take<float>({rows, c.hidden_size});
+  const Tensor normed = workspace.Take<float>({rows, c.hidden_size});
+  const Tensor sublayer_out = workspace.Take<float>({rows, c.hidden_size});
 
   // Attention site: collapse with the previous site's pre (one site late, spec 3.4).
-  const HcMix attn_mix = ComputeHcMix(streams, rows, hc, dim, w.hc_attn, eps, c.hc_sinkhorn_iters, hc_eps, ctx);
-  std::vector<float> collapsed, normed, sublayer_out;
-  HcCollapse(streams, pre_mix, rows, hc, dim, collapsed);
-  NormRows(collapsed, rows, dim, w.attn_norm, eps, normed);
+  const HcMix attn_mix = TakeHcMix(workspace, rows, hc);
+  backend.HcMixes(streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, hc_params, attn_mix.pre, attn_mix.post,
+                  attn_mix.comb);
+  backend.HcCollapse(streams, pre_mix, collapsed);
+  backend.RmsNorm(collapsed, w.attn_norm, eps, normed);
   Attention(layer, batch, normed, sublayer_out, shared, ctx);
-  HcExpand(sublayer_out, attn_mix, rows, hc, dim, streams);
+  backend.HcExpand(sublayer_out, attn_mix.post, attn_mix.comb, streams);
 
   // FFN site: collapse with the attention site's pre.
-  const HcMix ffn_mix = ComputeHcMix(streams, rows, hc, dim, w.hc_ffn, eps, c.hc_sinkhorn_iters, hc_eps, ctx);
-  HcCollapse(streams, attn_mix.pre, rows, hc, dim, collapsed);
-  NormRows(collapsed, rows, dim, w.ffn_norm, eps, normed);
-  Moe(layer, normed, rows, sublayer_out, ctx, routed_bytes);
-  HcExpand(sublayer_out, ffn_mix, rows, hc, dim, streams);
-  pre_mix = ffn_mix.pre;
+  const HcMix ffn_mix = TakeHcMix(workspace, rows, hc);
+  backend.HcMixes(streams, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, hc_params, ffn_mix.pre, ffn_mix.post,
+                  ffn_mix.comb);
+  backend.HcCollapse(streams, attn_mix.pre, collapsed);
+  backend.RmsNorm(collapsed, w.ffn_norm, eps, normed);
+  Moe(layer, normed, sublayer_out, ctx, routed_bytes);
+  backend.HcExpand(sublayer_out, ffn_mix.post, ffn_mix.comb, streams);
+  backend.Copy(ffn_mix.pre, pre_mix);
 }
 
-void Model::ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t>& hash_ids,
-                        std::vector<float>& streams, const ComputeContext& ctx) const {
-  const ModelConfig& c = config_;
+void Model::ApplyEngram(int layer, const Batch& batch, const Tensor& hash_ids, const Tensor& streams,
+                        const ComputeContext& ctx) const {
   const EngramWeights& e = *weights_.layers[layer].engram;
-  const int layer_index = c.roles[layer].engram_index;
-  const int hc = c.hc_mult;
-  const int64_t dim = c.hidden_size;
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope scratch(workspace);
   const int64_t rows = batch.size();
-  const int columns = hasher_->columns();
-  const int engram_layers = static_cast<int>(c.engram_layer_ids.size());
+  const int64_t ids_per_row = hasher_->columns();
   const int64_t row_dim = e.embed.dim;
-  const int64_t groups = row_dim / kQuantBlock;
+  const int layer_index = config_.roles[layer].engram_index;
 
-  // Gather and dequantize the hashed rows: fp8 * 2^(scale - 127), exact in bf16.
-  std::vector<float> gathered(rows * columns * row_dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int col = 0; col < columns; ++col) {
-      const int64_t id = hash_ids[(r * engram_layers + layer_index) * columns + col];
-      DI_CHECK(id >= 0 && id < e.embed.rows, "engram row ", id, " outside the table of ", e.embed.rows);
-      const uint8_t* codes = e.embed.data + id * row_dim;
-      const uint8_t* scales = e.embed.scales + id * groups;
-      float* out = gathered.data() + (r * columns + col) * row_dim;
-      for (int64_t k = 0; k < row_dim; ++k) {
-        out[k] = RoundToBF16(E4M3ToFloat(codes[k]) * UE8M0ToFloat(scales[k / kQuantBlock]));
-      }
-    }
-  }
-  std::vector<float> kv(rows * e.wkv.rows);
-  Linear(e.wkv, gathered.data(), rows, kv.data(), ctx);
-
-  const float eps = static_cast<float>(c.norm_eps);
-  const float inv_sqrt_dim = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* key_row = kv.data() + r * e.wkv.rows;
-    const float* value = key_row + hc * dim;
-    for (int copy = 0; copy < hc; ++copy) {
-      float* h = streams.data() + (r * hc + copy) * dim;
-      const float* key = key_row + copy * dim;
-      const float* weight = e.gate_weight.data() + copy * dim;
-      float h_sq = 0.0f, k_sq = 0.0f, dot = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) {
-        h_sq += h[d] * h[d];
-        k_sq += key[d] * key[d];
-      }
-      for (int64_t d = 0; d < dim; ++d) dot += h[d] * weight[d] * key[d];
-      const float rstd = (1.0f / std::sqrt(h_sq / static_cast<float>(dim) + eps)) *
-                         (1.0f / std::sqrt(k_sq / static_cast<float>(dim) + eps));
-      dot = dot * rstd * inv_sqrt_dim;
-      const float gate = Sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
-      for (int64_t d = 0; d < dim; ++d) h[d] = RoundToBF16(h[d] + gate * value[d]);
-    }
-  }
+  // Gather and dequantize the hashed rows, then project them to each copy's key and the value.
+  const std::span<const int64_t> ids(hash_ids.row<int64_t>(layer_index), rows * ids_per_row);
+  const Tensor gathered = workspace.Take<float>({rows, ids_per_row * row_dim});
+  backend.EngramGather(e.embed.data, e.embed.scales, e.embed.rows, row_dim, ids,
+                       gathered.Reshaped({rows * ids_per_row, row_dim}));
+  const Tensor kv = workspace.Take<float>({rows, e.wkv.rows});
+  backend.Linear(e.wkv, gathered, kv, LinearNumerics::kCheckpoint);
+  backend.EngramGate(kv, e.gate_weight, static_cast<float>(config_.norm_eps), streams);
 }
 
 }  // namespace deepinfer

@@ -15,21 +15,27 @@
 #include <string>
 #include <vector>
 
+#include "backend/compute_context.h"
+#include "backend/rope.h"
 #include "cache/sequence_state.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/compute_context.h"
 #include "model/engram_hash.h"
-#include "model/rope.h"
 #include "model/weights.h"
 
 namespace deepinfer {
 
+// Which rows of logits a forward item returns.
+enum class LogitsMode {
+  kLast,  // the last token's (a decode step, a prompt's last chunk)
+  kAll,   // every token's (scoring, verifying drafted tokens)
+  kNone,  // none (a prefill chunk that is not the prompt's last)
+};
+
 struct ForwardItem {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;  // appended at state->length
-  bool all_logits = false;          // logits for every token, or only the last
-  bool no_logits = false;           // none at all (a prefill chunk that is not the prompt's last)
+  LogitsMode logits = LogitsMode::kLast;
   // Keep window pages that slid out of the window attached after the forward (the engine
   // offers them to the prefix cache first, then calls ReleaseStaleWindowPages itself).
   bool keep_window_pages = false;
@@ -66,15 +72,17 @@ class Model {
   // what a state adopted from the prefix cache needs.
   std::vector<int32_t> EngramHistory(std::span<const int32_t> tokens) const;
 
-  // Returns fp32 logits, [rows, vocab]: per item in order, every token's row when
-  // all_logits, none when no_logits, else the last token's. Throws Error on bad input (token
-  // id out of range, context exceeded, a KV cache budget that cannot hold the new tokens)
-  // before any state value changes. A checkpoint file truncated while mapped is an Error
-  // naming the file, thrown mid-forward (the states are then unusable, and so is the model).
+  // Returns fp32 logits, [rows, vocab]: per item in order, the rows its LogitsMode asks for.
+  // Throws Error on bad input (token id out of range, context exceeded, a KV cache budget that
+  // cannot hold the new tokens) before any state value changes. A checkpoint file truncated
+  // while mapped is an Error naming the file, thrown mid-forward (the states are then unusable,
+  // and so is the model). Every op runs on ctx.backend, one forward at a time per backend.
   std::vector<float> Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
                              ForwardStats* stats = nullptr) const;
-  // The same on the best SIMD level this CPU supports.
-  std::vector<float> Forward(std::span<const ForwardItem> items, ThreadPool& pool) const;
+  // The same into `logits` (resized; no heap allocation once its capacity and the backend's
+  // workspace have seen a step of this shape).
+  void ForwardInto(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
+                   ForwardStats* stats = nullptr) const;
 
  private:
   Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, std::optional<EngramHasher> hasher,
@@ -83,21 +91,30 @@ class Model {
   struct Batch;
   struct SharedIndex;
 
-  // Forward's work; Forward runs it inside GuardMappedReads.
-  std::vector<float> ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx,
-                                      ForwardStats* stats) const;
+  // Forward's phases, in order; Forward runs them inside GuardMappedReads.
+  void ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
+                        ForwardStats* stats) const;
+  Batch ValidateAndReserve(std::span<const ForwardItem> items, Workspace& workspace) const;
+  // Engram hash ids [engram layers, rows, columns], and each item's look-back history after
+  // this step (committed last).
+  Tensor HashEngramIds(const Batch& batch, Workspace& workspace, std::span<std::span<int32_t>> recent) const;
+  Tensor Embed(const Batch& batch, const ComputeContext& ctx) const;
+  SharedIndex ReserveSharedIndex(const Batch& batch, Workspace& workspace) const;
+  // Collapse, final norm and head on the rows the items ask for.
+  void Head(const Batch& batch, const Tensor& streams, const Tensor& pre_mix, const ComputeContext& ctx,
+            std::vector<float>& logits) const;
+  void Commit(const Batch& batch, std::span<const std::span<int32_t>> recent) const;
 
-  void ApplyEngram(int layer, const Batch& batch, const std::vector<int64_t>& hash_ids, std::vector<float>& streams,
+  void ApplyEngram(int layer, const Batch& batch, const Tensor& hash_ids, const Tensor& streams,
                    const ComputeContext& ctx) const;
-  void RunBlock(int layer, const Batch& batch, std::vector<float>& streams, std::vector<float>& pre_mix,
-                SharedIndex& shared, const ComputeContext& ctx, uint64_t* routed_bytes) const;
-  void Attention(int layer, const Batch& batch, const std::vector<float>& x, std::vector<float>& out,
-                 SharedIndex& shared, const ComputeContext& ctx) const;
-  void CompressAndIndex(int layer, const Batch& batch, const std::vector<float>& x, const std::vector<float>& qr,
-                        SharedIndex& shared, const ComputeContext& ctx) const;
+  void RunBlock(int layer, const Batch& batch, const Tensor& streams, const Tensor& pre_mix, SharedIndex& shared,
+                const ComputeContext& ctx, uint64_t* routed_bytes) const;
+  void Attention(int layer, const Batch& batch, const Tensor& x, const Tensor& out, SharedIndex& shared,
+                 const ComputeContext& ctx) const;
+  void CompressAndIndex(int layer, const Batch& batch, const Tensor& x, const Tensor& qr, SharedIndex& shared,
+                        const ComputeContext& ctx) const;
   // Adds the bytes of the routed experts it ran to *routed_bytes.
-  void Moe(int layer, const std::vector<float>& x, int64_t rows, std::vector<float>& out, const ComputeContext& ctx,
-           uint64_t* routed_bytes) const;
+  void Moe(int layer, const Tensor& x, const Tensor& out, const ComputeContext& ctx, uint64_t* routed_bytes) const;
   const RopeTable& RopeFor(int compress_ratio) const { return compress_ratio > 0 ? compress_rope_ : main_rope_; }
 
   ModelConfig config_;

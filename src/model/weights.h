@@ -14,7 +14,7 @@
 
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "kernels/cpu/weight_matrix.h"
+#include "io/weight_matrix.h"
 
 namespace deepinfer {
 

@@ -32,7 +32,7 @@ void Append(SequenceState& state, int64_t tokens) {
   ASSERT_TRUE(state.PrepareAppend(tokens));
   const CacheLayout& layout = state.layout();
   for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t position = state.length;
+    const int64_t position = state.length();
     for (int layer = 0; layer < layout.num_layers; ++layer) {
       std::memset(state.mutable_window_entry(layer, position), static_cast<int>(position + 1),
                   layout.window_entry_bytes);
@@ -40,7 +40,7 @@ void Append(SequenceState& state, int64_t tokens) {
     if ((position + 1) % 2 == 0) {
       std::memset(state.AppendCompressed(1), static_cast<int>(100 + position), layout.compressed_entry_bytes);
     }
-    ++state.length;
+    state.CommitAppend(1, {});
   }
 }
 
@@ -111,7 +111,7 @@ TEST(SequenceStateTest, CopiesShareUntilOneWrites) {
   const uint64_t shared_in_use = pool->in_use_bytes();
   Append(b, 3);  // writes into block 1: copied, block 0 stays shared
   EXPECT_GT(pool->in_use_bytes(), shared_in_use);
-  EXPECT_EQ(a.length, 6);
+  EXPECT_EQ(a.length(), 6);
   EXPECT_EQ(a.window_entry(0, 5)[0], 6);
   EXPECT_EQ(b.window_entry(0, 5)[0], 6);
   EXPECT_EQ(b.window_entry(0, 7)[0], 8);
@@ -143,7 +143,7 @@ TEST(SequenceStateTest, PrepareFailsCleanlyOnTheBudget) {
   EXPECT_EQ(s.BytesToPrepare(4), one_block);
   EXPECT_TRUE(s.PrepareAppend(4));
   EXPECT_FALSE(s.PrepareAppend(5));
-  EXPECT_EQ(s.length, 0);
+  EXPECT_EQ(s.length(), 0);
   EXPECT_LE(pool->peak_held_bytes(), one_block);
 }
 
@@ -160,7 +160,7 @@ TEST(PrefixCacheTest, ServesOnlyTheExactSamePrefix) {
   EXPECT_EQ(cache.cached_blocks(), 2u);
   SequenceState same(layout, pool);
   EXPECT_EQ(cache.Attach(tokens, same), 8);
-  EXPECT_EQ(same.length, 8);
+  EXPECT_EQ(same.length(), 8);
   EXPECT_EQ(same.compressed_count(1), 4);
   EXPECT_EQ(same.window_entry(0, 7)[0], 8);
 
@@ -173,7 +173,7 @@ TEST(PrefixCacheTest, ServesOnlyTheExactSamePrefix) {
   first_differs[0] = 99;
   SequenceState miss(layout, pool);
   EXPECT_EQ(cache.Attach(first_differs, miss), 0);
-  EXPECT_EQ(miss.length, 0);
+  EXPECT_EQ(miss.length(), 0);
 
   // The last token is always computed: a prompt of exactly 8 tokens adopts one block.
   SequenceState exact(layout, pool);

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "backend/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -141,12 +142,15 @@ class EngineTest : public ::testing::Test {
   static void SetUpTestSuite() {
     model_ = Model::Load(TinyModel()).release();
     threads_ = new ThreadPool(2);
+    backend_ = new CpuBackend(*threads_, DetectIsa());
   }
   static void TearDownTestSuite() {
     delete model_;
+    delete backend_;
     delete threads_;
   }
-  ComputeContext Ctx() const { return ComputeContext{*threads_, DetectIsa()}; }
+  // One backend for every engine of the suite: they step one at a time.
+  ComputeContext Ctx() const { return ComputeContext{*backend_}; }
 
   // Each request run alone in a fresh engine: the reference for everything else.
   std::vector<Outcome> Alone(const std::vector<Arrival>& arrivals) const {
@@ -184,10 +188,12 @@ class EngineTest : public ::testing::Test {
 
   static Model* model_;
   static ThreadPool* threads_;
+  static CpuBackend* backend_;
 };
 
 Model* EngineTest::model_ = nullptr;
 ThreadPool* EngineTest::threads_ = nullptr;
+CpuBackend* EngineTest::backend_ = nullptr;
 
 TEST_F(EngineTest, RequestsProduceTheirAloneTokensWhateverRunsBesideThem) {
   const std::vector<Arrival> arrivals = MixedRequests(32, 7);

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "backend/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -72,7 +73,8 @@ class StructuredEngineTest : public ::testing::Test {
   }
 
   std::vector<Result> Run(const std::vector<RequestParams>& requests, EngineOptions options = {}) const {
-    Engine engine(*model_, ComputeContext{*threads_, DetectIsa()}, options, tokenizer_);
+    CpuBackend backend(*threads_, DetectIsa());
+    Engine engine(*model_, ComputeContext{backend}, options, tokenizer_);
     std::map<RequestId, size_t> index;
     for (size_t i = 0; i < requests.size(); ++i) index[engine.Add(requests[i])] = i;
     std::vector<Result> results(requests.size());
@@ -221,7 +223,8 @@ TEST_F(StructuredEngineTest, GreedyAndStopStrings) {
 TEST_F(StructuredEngineTest, DeadEndsAndBadCombinationsAreErrors) {
   RequestParams bad = Request(1, Schema(kSchema));
   bad.stop.ignore_eos = true;
-  Engine engine(*model_, ComputeContext{*threads_, DetectIsa()}, EngineOptions{}, tokenizer_);
+  CpuBackend backend(*threads_, DetectIsa());
+  Engine engine(*model_, ComputeContext{backend}, EngineOptions{}, tokenizer_);
   try {
     engine.Add(bad);
     FAIL() << "ignore_eos with a constraint was accepted";

@@ -27,10 +27,10 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "golden_tables.h"
-#include "kernels/cpu/compute_context.h"
+#include "io/weight_matrix.h"
+#include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_simd.h"
-#include "kernels/cpu/weight_matrix.h"
 
 namespace deepinfer {
 namespace {
@@ -83,7 +83,7 @@ std::vector<float> RunDense(const Target& t, const WeightMatrix& w, const float*
 std::vector<float> RunScalar(const WeightMatrix& w, const float* x, int64_t m, bool dense, bool round) {
   ThreadPool pool(2);
   std::vector<float> y(m * w.rows, std::nanf(""));
-  const ComputeContext ctx{pool, IsaLevel::kScalar};
+  const CpuContext ctx{pool, IsaLevel::kScalar};
   if (dense) {
     DenseLinear(w, x, m, y.data(), round, ctx);
   } else {
@@ -355,7 +355,7 @@ TEST(LinearSimd, DenseFp8IsBitIdenticalToItsBf16Dequantization) {
     for (IsaLevel isa : levels) {
       for (int threads = 1; threads <= 3; ++threads) {
         ThreadPool pool(threads);
-        const ComputeContext ctx{pool, isa};
+        const CpuContext ctx{pool, isa};
         for (int64_t m = 1; m <= 17; ++m) {
           if (threads == 3 && m % 4 != 1) continue;  // bound the run time
           for (bool round : {true, false}) {
@@ -379,7 +379,7 @@ TEST(LinearSimd, DenseFp8IsBitIdenticalToItsBf16Dequantization) {
   for (float& v : x) v = RoundToBF16(normal(rng));
   ThreadPool pool(2);
   for (IsaLevel isa : levels) {
-    const ComputeContext ctx{pool, isa};
+    const CpuContext ctx{pool, isa};
     for (int64_t g = 0; g < 4; ++g) {
       std::vector<float> ours(5 * 64), expected(5 * 64);
       DenseLinear(fp8.w.RowSlice(g * 64, 64), x.data(), 5, ours.data(), true, ctx);
@@ -493,7 +493,7 @@ TEST(LinearSimd, EveryRowMatchesItselfAloneForM1To17AndThreads1To3) {
 }
 
 // The dispatch: QuantizedLinear / DenseLinear / Linear with ctx.isa reach the SIMD paths.
-TEST(LinearSimd, DispatchFromComputeContext) {
+TEST(LinearSimd, DispatchFromCpuContext) {
   SKIP_WITHOUT_SIMD();
   std::mt19937_64 rng(5);
   const TestMatrix w = MakeQuantized(MatrixFormat::kFP4Row32, 20, 256, rng);
@@ -501,7 +501,7 @@ TEST(LinearSimd, DispatchFromComputeContext) {
   const Target t = Targets().back();
   ThreadPool pool(2);
   std::vector<float> y(2 * 20);
-  Linear(w.w, x.data(), 2, y.data(), ComputeContext{pool, t.isa});
+  Linear(w.w, x.data(), 2, y.data(), CpuContext{pool, t.isa});
   const std::vector<float> direct = RunQuantized(t, w.w, x.data(), 2, 1);
   EXPECT_EQ(0, std::memcmp(y.data(), direct.data(), y.size() * sizeof(float)));
 }

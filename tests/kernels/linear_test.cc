@@ -21,7 +21,7 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "golden_tables.h"
-#include "kernels/cpu/weight_matrix.h"
+#include "io/weight_matrix.h"
 
 namespace deepinfer {
 namespace {
@@ -192,7 +192,7 @@ std::vector<float> RunQuantized(const GemmCase& c, const float* x, int64_t m, in
                                 IsaLevel isa = IsaLevel::kScalar) {
   ThreadPool pool(threads);
   std::vector<float> y(m * c.n, std::nanf(""));
-  QuantizedLinear(c.matrix, x, m, y.data(), ComputeContext{pool, isa});
+  QuantizedLinear(c.matrix, x, m, y.data(), CpuContext{pool, isa});
   return y;
 }
 
@@ -250,7 +250,7 @@ TEST(QuantizedLinear, ThreadCountInvariantBitwise) {
     ASSERT_EQ(0, std::memcmp(row_three.data(), one.data() + (c.m - 1) * c.n, c.n * sizeof(float)));
     ThreadPool pool(3);
     std::vector<float> via_linear(c.m * c.n);
-    Linear(c.matrix, c.x.data(), c.m, via_linear.data(), ComputeContext{pool, IsaLevel::kScalar});
+    Linear(c.matrix, c.x.data(), c.m, via_linear.data(), CpuContext{pool, IsaLevel::kScalar});
     ASSERT_EQ(0, std::memcmp(one.data(), via_linear.data(), one.size() * sizeof(float)));
   }
 }

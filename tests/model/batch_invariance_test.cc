@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "model/cpu_forward.h"
 #include "model/golden_support.h"
 
 namespace deepinfer::testing {
@@ -44,8 +45,8 @@ std::vector<std::vector<std::vector<float>>> RunAlone(const Model& model, const 
     std::vector<std::vector<float>> per_chunk;
     size_t done = 0;
     for (size_t size : plan.chunks) {
-      ForwardItem item{&state, std::span<const int32_t>(plan.tokens.data() + done, size), true};
-      per_chunk.push_back(model.Forward({&item, 1}, pool));
+      ForwardItem item{&state, std::span<const int32_t>(plan.tokens.data() + done, size), LogitsMode::kAll};
+      per_chunk.push_back(CpuForward(model, {&item, 1}, pool));
       done += size;
     }
     out.push_back(std::move(per_chunk));
@@ -70,7 +71,7 @@ TEST(BatchInvariance, BatchedSequencesAtDifferentPositionsMatchSoloRunsBitForBit
     for (size_t i = 0; i < plans.size(); ++i) {
       if (step < plans[i].first_step || next_chunk[i] == plans[i].chunks.size()) continue;
       const size_t size = plans[i].chunks[next_chunk[i]];
-      items.push_back({&states[i], std::span<const int32_t>(plans[i].tokens.data() + done[i], size), true});
+      items.push_back({&states[i], std::span<const int32_t>(plans[i].tokens.data() + done[i], size), LogitsMode::kAll});
       who.push_back(i);
     }
     if (items.empty()) {
@@ -80,7 +81,7 @@ TEST(BatchInvariance, BatchedSequencesAtDifferentPositionsMatchSoloRunsBitForBit
       continue;
     }
     max_batch = std::max(max_batch, items.size());
-    const std::vector<float> logits = model->Forward(items, pool);
+    const std::vector<float> logits = CpuForward(*model, items, pool);
     size_t offset = 0;
     for (size_t k = 0; k < who.size(); ++k) {
       const size_t i = who[k];

@@ -5,6 +5,7 @@
 // the Engram look-back.
 #include <gtest/gtest.h>
 
+#include "model/cpu_forward.h"
 #include "model/golden_support.h"
 
 namespace deepinfer::testing {
@@ -35,8 +36,8 @@ TEST(CacheFormat, PagesHoldExactlyTheCompactFormats) {
 
   const int64_t tokens = 45;  // odd: the ratio-2 sources hold one pending token
   std::vector<int32_t> ids(tokens, 7);
-  ForwardItem item{&state, ids, false};
-  model->Forward({&item, 1}, pool);
+  ForwardItem item{&state, ids};
+  CpuForward(*model, {&item, 1}, pool);
 
   // Window pages only for the blocks the window still reaches; compressed pages for all.
   const int64_t blocks = (tokens + block - 1) / block;

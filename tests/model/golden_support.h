@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -69,7 +70,7 @@ inline std::vector<float> RunChunked(const Model& model, const std::vector<int32
   size_t done = 0;
   for (size_t step = 0; done < tokens.size(); ++step) {
     const size_t size = std::min<size_t>(chunk_sizes[step % chunk_sizes.size()], tokens.size() - done);
-    ForwardItem item{&state, std::span<const int32_t>(tokens.data() + done, size), true};
+    ForwardItem item{&state, std::span<const int32_t>(tokens.data() + done, size), LogitsMode::kAll};
     std::vector<float> out = model.Forward({&item, 1}, ctx);
     logits.insert(logits.end(), out.begin(), out.end());
     done += size;
@@ -79,7 +80,8 @@ inline std::vector<float> RunChunked(const Model& model, const std::vector<int32
 
 inline std::vector<float> RunChunked(const Model& model, const std::vector<int32_t>& tokens,
                                      const std::vector<int>& chunk_sizes, ThreadPool& pool) {
-  return RunChunked(model, tokens, chunk_sizes, ComputeContext{pool, DetectIsa()});
+  CpuBackend backend(pool, DetectIsa());
+  return RunChunked(model, tokens, chunk_sizes, ComputeContext{backend});
 }
 
 inline double Cosine(const float* a, const float* b, size_t n) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backend/cpu_backend.h"
+#include "model/cpu_forward.h"
 #include "model/golden_support.h"
 
 namespace deepinfer::testing {
@@ -54,7 +56,8 @@ TEST_P(GoldenTest, EveryModeMatchesTheReference) {
 
   for (const IsaLevel isa : SupportedIsaLevels()) {
     std::vector<float> first_mode_logits;
-    const ComputeContext ctx{*pool_, isa};
+    CpuBackend backend(*pool_, isa);
+    const ComputeContext ctx{backend};
     for (const Mode& mode : Modes(golden.prompt_len)) {
       const std::vector<float> ours = RunChunked(*model, golden.tokens, mode.chunks, ctx);
       ASSERT_EQ(ours.size(), golden.tokens.size() * vocab) << mode.name;
@@ -111,8 +114,8 @@ TEST_P(GoldenTest, GreedyContinuationMatchesUpToNearTies) {
   const size_t vocab = model->config().vocab_size;
   SequenceState state = model->NewSequence();
   std::vector<int32_t> prompt(golden.tokens.begin(), golden.tokens.begin() + golden.prompt_len);
-  ForwardItem item{&state, prompt, false};
-  std::vector<float> logits = model->Forward({&item, 1}, *pool_);
+  ForwardItem item{&state, prompt};
+  std::vector<float> logits = CpuForward(*model, {&item, 1}, *pool_);
   size_t matched = 0;
   for (size_t p = golden.prompt_len; p < golden.tokens.size(); ++p) {
     const int32_t ours = static_cast<int32_t>(ArgMax(logits.data(), vocab));
@@ -132,8 +135,8 @@ TEST_P(GoldenTest, GreedyContinuationMatchesUpToNearTies) {
     }
     ++matched;
     const int32_t next = ours;
-    ForwardItem step{&state, std::span<const int32_t>(&next, 1), false};
-    logits = model->Forward({&step, 1}, *pool_);
+    ForwardItem step{&state, std::span<const int32_t>(&next, 1)};
+    logits = CpuForward(*model, {&step, 1}, *pool_);
   }
   std::printf("[golden] %s greedy continuation: %zu of %zu tokens equal\n", GetParam().c_str(), matched,
               golden.tokens.size() - golden.prompt_len);

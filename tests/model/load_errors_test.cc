@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "error_of.h"
 #include "model/checkpoint_builder.h"
+#include "model/cpu_forward.h"
 #include "model/golden_support.h"
 #include "model/model.h"
 
@@ -42,10 +43,10 @@ std::vector<int32_t> Tokens(int n, int32_t vocab) {
 
 // Whether two sequence states hold exactly the same values (whatever pages hold them).
 bool SameState(const SequenceState& a, const SequenceState& b) {
-  if (a.length != b.length || a.engram_recent != b.engram_recent || !(a.layout() == b.layout())) return false;
+  if (a.length() != b.length() || a.engram_recent() != b.engram_recent() || !(a.layout() == b.layout())) return false;
   const CacheLayout& layout = a.layout();
   for (int layer = 0; layer < layout.num_layers; ++layer) {
-    for (int64_t pos = std::max<int64_t>(0, a.length - layout.window + 1); pos < a.length; ++pos) {
+    for (int64_t pos = std::max<int64_t>(0, a.length() - layout.window + 1); pos < a.length(); ++pos) {
       if (!std::equal(a.window_entry(layer, pos), a.window_entry(layer, pos) + layout.window_entry_bytes,
                       b.window_entry(layer, pos))) {
         return false;
@@ -107,10 +108,10 @@ TEST_F(LoadErrorsTest, UnmodifiedCopyLoadsAndRuns) {
   EXPECT_EQ(model->max_context(), 64);
   SequenceState state = model->NewSequence();
   const std::vector<int32_t> tokens = Tokens(5, static_cast<int32_t>(model->config().vocab_size));
-  const ForwardItem item{&state, tokens, false};
-  const std::vector<float> logits = model->Forward({&item, 1}, *pool_);
+  const ForwardItem item{&state, tokens};
+  const std::vector<float> logits = CpuForward(*model, {&item, 1}, *pool_);
   EXPECT_EQ(logits.size(), static_cast<size_t>(model->config().vocab_size));
-  EXPECT_EQ(state.length, 5);
+  EXPECT_EQ(state.length(), 5);
 }
 
 TEST_F(LoadErrorsTest, UnmodifiedShardedEngramCopyLoadsAndRuns) {
@@ -122,8 +123,8 @@ TEST_F(LoadErrorsTest, UnmodifiedShardedEngramCopyLoadsAndRuns) {
   const std::unique_ptr<Model> model = Model::Load(dir.string());
   SequenceState state = model->NewSequence();
   const std::vector<int32_t> tokens = Tokens(5, static_cast<int32_t>(model->config().vocab_size));
-  const ForwardItem item{&state, tokens, true};
-  EXPECT_EQ(model->Forward({&item, 1}, *pool_).size(), 5 * static_cast<size_t>(model->config().vocab_size));
+  const ForwardItem item{&state, tokens, LogitsMode::kAll};
+  EXPECT_EQ(CpuForward(*model, {&item, 1}, *pool_).size(), 5 * static_cast<size_t>(model->config().vocab_size));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,34 +427,34 @@ TEST_F(LoadErrorsTest, PromptLongerThanMaxContextLeavesTheSequenceUnchanged) {
   const SequenceState fresh = model->NewSequence();
 
   const std::vector<int32_t> too_long = Tokens(65, vocab);
-  const ForwardItem bad{&state, too_long, false};
+  const ForwardItem bad{&state, too_long};
   EXPECT_THAT(ErrorOf([&] {
-                model->Forward({&bad, 1}, *pool_);
+                CpuForward(*model, {&bad, 1}, *pool_);
               }),
               HasSubstr("sequence 0: 65 tokens exceed the configured maximum context of 64 tokens"));
-  EXPECT_EQ(state.length, 0);
+  EXPECT_EQ(state.length(), 0);
   EXPECT_TRUE(SameState(state, fresh));
 
   // The same sequence still works, up to exactly the maximum.
   const std::vector<int32_t> prompt = Tokens(60, vocab);
-  const ForwardItem good{&state, prompt, false};
-  EXPECT_EQ(model->Forward({&good, 1}, *pool_).size(), static_cast<size_t>(vocab));
-  EXPECT_EQ(state.length, 60);
+  const ForwardItem good{&state, prompt};
+  EXPECT_EQ(CpuForward(*model, {&good, 1}, *pool_).size(), static_cast<size_t>(vocab));
+  EXPECT_EQ(state.length(), 60);
 
   // Going past the maximum mid-sequence fails the same way and keeps the 60 tokens.
   const SequenceState before = state;
   const std::vector<int32_t> step = Tokens(5, vocab);
-  const ForwardItem over{&state, step, false};
+  const ForwardItem over{&state, step};
   EXPECT_THAT(ErrorOf([&] {
-                model->Forward({&over, 1}, *pool_);
+                CpuForward(*model, {&over, 1}, *pool_);
               }),
               HasSubstr("sequence 0: 65 tokens exceed the configured maximum context of 64 tokens"));
   EXPECT_TRUE(SameState(state, before));
 
   const std::vector<int32_t> last = Tokens(4, vocab);
-  const ForwardItem fill{&state, last, false};
-  EXPECT_EQ(model->Forward({&fill, 1}, *pool_).size(), static_cast<size_t>(vocab));
-  EXPECT_EQ(state.length, 64);
+  const ForwardItem fill{&state, last};
+  EXPECT_EQ(CpuForward(*model, {&fill, 1}, *pool_).size(), static_cast<size_t>(vocab));
+  EXPECT_EQ(state.length(), 64);
 }
 
 TEST_F(LoadErrorsTest, RejectedForwardLeavesAnEngramSequenceUnchanged) {
@@ -463,32 +464,32 @@ TEST_F(LoadErrorsTest, RejectedForwardLeavesAnEngramSequenceUnchanged) {
   const auto vocab = static_cast<int32_t>(model->config().vocab_size);
   SequenceState state = model->NewSequence();
   const std::vector<int32_t> prompt = Tokens(10, vocab);
-  const ForwardItem first{&state, prompt, false};
-  model->Forward({&first, 1}, *pool_);
-  ASSERT_EQ(state.length, 10);
-  ASSERT_FALSE(state.engram_recent.empty());
+  const ForwardItem first{&state, prompt};
+  CpuForward(*model, {&first, 1}, *pool_);
+  ASSERT_EQ(state.length(), 10);
+  ASSERT_FALSE(state.engram_recent().empty());
   const SequenceState before = state;
 
   const std::vector<int32_t> too_many = Tokens(7, vocab);
-  const ForwardItem over{&state, too_many, false};
+  const ForwardItem over{&state, too_many};
   EXPECT_THAT(ErrorOf([&] {
-                model->Forward({&over, 1}, *pool_);
+                CpuForward(*model, {&over, 1}, *pool_);
               }),
               HasSubstr("sequence 0: 17 tokens exceed the configured maximum context of 16 tokens"));
   EXPECT_TRUE(SameState(state, before));
 
   const std::vector<int32_t> bad = {5, vocab};
-  const ForwardItem bad_item{&state, bad, false};
+  const ForwardItem bad_item{&state, bad};
   EXPECT_THAT(ErrorOf([&] {
-                model->Forward({&bad_item, 1}, *pool_);
+                CpuForward(*model, {&bad_item, 1}, *pool_);
               }),
               HasSubstr("sequence 0: token id 448 at position 11 is outside the model vocabulary [0, 448)"));
   EXPECT_TRUE(SameState(state, before));
 
   const std::vector<int32_t> rest = Tokens(6, vocab);
-  const ForwardItem fill{&state, rest, false};
-  EXPECT_EQ(model->Forward({&fill, 1}, *pool_).size(), static_cast<size_t>(vocab));
-  EXPECT_EQ(state.length, 16);
+  const ForwardItem fill{&state, rest};
+  EXPECT_EQ(CpuForward(*model, {&fill, 1}, *pool_).size(), static_cast<size_t>(vocab));
+  EXPECT_EQ(state.length(), 16);
 }
 
 TEST_F(LoadErrorsTest, TokenIdOutsideTheVocabulary) {
@@ -501,23 +502,23 @@ TEST_F(LoadErrorsTest, TokenIdOutsideTheVocabulary) {
 
   std::vector<int32_t> tokens = Tokens(6, vocab);
   tokens[4] = vocab;
-  const ForwardItem bad{&state, tokens, false};
+  const ForwardItem bad{&state, tokens};
   EXPECT_THAT(ErrorOf([&] {
-                model->Forward({&bad, 1}, *pool_);
+                CpuForward(*model, {&bad, 1}, *pool_);
               }),
               HasSubstr("sequence 0: token id 384 at position 4 is outside the model vocabulary [0, 384)"));
   EXPECT_TRUE(SameState(state, fresh));
 
   tokens[4] = -1;
   EXPECT_THAT(ErrorOf([&] {
-                model->Forward({&bad, 1}, *pool_);
+                CpuForward(*model, {&bad, 1}, *pool_);
               }),
               HasSubstr("sequence 0: token id -1 at position 4 is outside the model vocabulary [0, 384)"));
   EXPECT_TRUE(SameState(state, fresh));
 
   tokens[4] = vocab - 1;
-  EXPECT_EQ(model->Forward({&bad, 1}, *pool_).size(), static_cast<size_t>(vocab));
-  EXPECT_EQ(state.length, 6);
+  EXPECT_EQ(CpuForward(*model, {&bad, 1}, *pool_).size(), static_cast<size_t>(vocab));
+  EXPECT_EQ(state.length(), 6);
 }
 
 TEST_F(LoadErrorsTest, BadItemInABatchChangesNoSequence) {
@@ -528,8 +529,8 @@ TEST_F(LoadErrorsTest, BadItemInABatchChangesNoSequence) {
   SequenceState b = model->NewSequence();
   const std::vector<int32_t> good = Tokens(3, vocab);
   const std::vector<int32_t> bad = {1, 2, vocab + 7};
-  const ForwardItem items[] = {{&a, good, false}, {&b, bad, false}};
-  EXPECT_THAT(ErrorOf([&] { model->Forward(items, *pool_); }),
+  const ForwardItem items[] = {{&a, good}, {&b, bad}};
+  EXPECT_THAT(ErrorOf([&] { CpuForward(*model, items, *pool_); }),
               HasSubstr("sequence 1: token id 391 at position 2 is outside the model vocabulary [0, 384)"));
   EXPECT_TRUE(SameState(a, model->NewSequence()));
   EXPECT_TRUE(SameState(b, model->NewSequence()));
@@ -539,9 +540,9 @@ TEST_F(LoadErrorsTest, EmptyForwardItem) {
   const fs::path dir = TinyB();
   const std::unique_ptr<Model> model = Model::Load(dir.string(), ModelOptions{.max_context = 64});
   SequenceState state = model->NewSequence();
-  const ForwardItem empty{&state, {}, false};
-  EXPECT_THAT(ErrorOf([&] { model->Forward({&empty, 1}, *pool_); }), HasSubstr("sequence 0: no tokens to process"));
-  EXPECT_EQ(state.length, 0);
+  const ForwardItem empty{&state, {}};
+  EXPECT_THAT(ErrorOf([&] { CpuForward(*model, {&empty, 1}, *pool_); }), HasSubstr("sequence 0: no tokens to process"));
+  EXPECT_EQ(state.length(), 0);
 }
 
 TEST_F(LoadErrorsTest, MaxContextAboveMaxPositionEmbeddings) {
@@ -565,10 +566,10 @@ TEST_F(LoadErrorsTest, ShardTruncatedWhileMappedIsAnErrorNamingTheFile) {
   for (int round = 0; round < 2; ++round) {  // and again: the model stays broken, never crashes
     SequenceState state = model->NewSequence();
     const std::vector<int32_t> tokens = Tokens(3, static_cast<int32_t>(model->config().vocab_size));
-    const ForwardItem item{&state, tokens, false};
+    const ForwardItem item{&state, tokens};
     [[maybe_unused]] const AbandonedFramesMayLeak abandoned;
     EXPECT_THAT(ErrorOf([&] {
-                  model->Forward({&item, 1}, one);
+                  CpuForward(*model, {&item, 1}, one);
                 }),
                 StartsWith(shard.string() + ": the file was truncated or replaced while the model was using it"));
   }

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/model_config.h"
+#include "model/cpu_forward.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -92,21 +93,21 @@ TEST(MakeModel, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
   ThreadPool pool(2);
   SequenceState state = model->NewSequence();
   const std::vector<int32_t> prompt = {0, 17, 512, 999, 42};
-  ForwardItem prefill{&state, prompt, true};
-  const std::vector<float> prefill_logits = model->Forward({&prefill, 1}, pool);
+  ForwardItem prefill{&state, prompt, LogitsMode::kAll};
+  const std::vector<float> prefill_logits = CpuForward(*model, {&prefill, 1}, pool);
   ASSERT_EQ(prefill_logits.size(), prompt.size() * static_cast<size_t>(c.vocab_size));
   ExpectFinite(prefill_logits, "prefill");
   int32_t next = static_cast<int32_t>(std::max_element(prefill_logits.end() - c.vocab_size, prefill_logits.end()) -
                                       (prefill_logits.end() - c.vocab_size));
   for (int step = 0; step < 2; ++step) {
     const std::vector<int32_t> token = {next};
-    ForwardItem decode{&state, token, false};
-    const std::vector<float> logits = model->Forward({&decode, 1}, pool);
+    ForwardItem decode{&state, token};
+    const std::vector<float> logits = CpuForward(*model, {&decode, 1}, pool);
     ASSERT_EQ(logits.size(), static_cast<size_t>(c.vocab_size));
     ExpectFinite(logits, step == 0 ? "decode 1" : "decode 2");
     next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  EXPECT_EQ(state.length, static_cast<int64_t>(prompt.size()) + 2);
+  EXPECT_EQ(state.length(), static_cast<int64_t>(prompt.size()) + 2);
 }
 
 // The project tokenizer, read once.
@@ -143,8 +144,8 @@ TEST(MakeModel, TinyPresetCoversTheTokenizerAndRuns) {
   SequenceState state = model->NewSequence();
   // Ids from the top of the tokenizer: the chat-format tokens <｜User｜> and <｜Assistant｜>.
   const std::vector<int32_t> prompt = {0, 128803, 19923, 128804};
-  ForwardItem prefill{&state, prompt, true};
-  ExpectFinite(model->Forward({&prefill, 1}, pool), "tiny prefill");
+  ForwardItem prefill{&state, prompt, LogitsMode::kAll};
+  ExpectFinite(CpuForward(*model, {&prefill, 1}, pool), "tiny prefill");
 
   // A smaller vocabulary is allowed; one beyond the tokenizer is not.
   EXPECT_THAT(ArgError({"--preset", "tiny", "--out", (scratch.path() / "big").string(), "--vocab", "200000"}),

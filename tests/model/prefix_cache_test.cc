@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "backend/cpu_backend.h"
 #include "model/golden_support.h"
 
 namespace deepinfer::testing {
@@ -32,9 +33,9 @@ class PrefixCacheTest : public ::testing::TestWithParam<int> {
   std::vector<float> Run(SequenceState& state, const std::vector<int32_t>& tokens, int64_t chunk, PrefixCache* cache,
                          const ComputeContext& ctx) {
     std::vector<float> logits;
-    while (state.length < static_cast<int64_t>(tokens.size())) {
-      const int64_t n = std::min<int64_t>(chunk, tokens.size() - state.length);
-      ForwardItem item{&state, std::span<const int32_t>(tokens).subspan(state.length, n), true};
+    while (state.length() < static_cast<int64_t>(tokens.size())) {
+      const int64_t n = std::min<int64_t>(chunk, tokens.size() - state.length());
+      ForwardItem item{&state, std::span<const int32_t>(tokens).subspan(state.length(), n), LogitsMode::kAll};
       item.keep_window_pages = cache != nullptr;
       const std::vector<float> out = model_->Forward({&item, 1}, ctx);
       logits.insert(logits.end(), out.begin(), out.end());
@@ -54,7 +55,8 @@ TEST_P(PrefixCacheTest, AdoptedPrefixGivesBitIdenticalLogits) {
   const int64_t vocab = model_->config().vocab_size;
   const int64_t block = layout_->block_tokens;
   ThreadPool threads(2);
-  const ComputeContext ctx{threads, DetectIsa()};
+  CpuBackend backend(threads, DetectIsa());
+  const ComputeContext ctx{backend};
   std::mt19937 rng(prefix_len);
   const std::vector<int32_t> prefix = RandomTokens(rng, prefix_len, vocab);
   std::vector<int32_t> a = prefix, b = prefix;
@@ -74,8 +76,8 @@ TEST_P(PrefixCacheTest, AdoptedPrefixGivesBitIdenticalLogits) {
   SequenceState warm(layout_, pool_);
   const int64_t hit = cache.Attach(b, warm);
   EXPECT_EQ(hit, prefix_len / block * block) << "the cache serves every full block of the shared prefix";
-  ASSERT_EQ(warm.length, hit);
-  warm.engram_recent = model_->EngramHistory(std::span<const int32_t>(b).first(hit));
+  ASSERT_EQ(warm.length(), hit);
+  warm.AdoptEngramHistory(model_->EngramHistory(std::span<const int32_t>(b).first(hit)));
   const std::vector<float> warm_logits = Run(warm, b, 64, &cache, ctx);
   ASSERT_EQ(warm_logits.size(), (b.size() - hit) * vocab);
   EXPECT_EQ(0, std::memcmp(warm_logits.data(), cold_logits.data() + hit * vocab, warm_logits.size() * sizeof(float)))
@@ -89,7 +91,8 @@ INSTANTIATE_TEST_SUITE_P(SharedPrefix, PrefixCacheTest, ::testing::Values(8, 17,
 TEST_F(PrefixCacheTest, SamePromptAgainRecomputesOnlyTheLastBlock) {
   const int64_t vocab = model_->config().vocab_size;
   ThreadPool threads(2);
-  const ComputeContext ctx{threads, DetectIsa()};
+  CpuBackend backend(threads, DetectIsa());
+  const ComputeContext ctx{backend};
   std::mt19937 rng(5);
   const std::vector<int32_t> prompt = RandomTokens(rng, 64, vocab);
   PrefixCache cache(layout_);
@@ -98,7 +101,7 @@ TEST_F(PrefixCacheTest, SamePromptAgainRecomputesOnlyTheLastBlock) {
   SequenceState again(layout_, pool_);
   // At least the last token is computed (its logits are needed): 3 of 4 blocks come back.
   EXPECT_EQ(cache.Attach(prompt, again), 48);
-  again.engram_recent = model_->EngramHistory(std::span<const int32_t>(prompt).first(48));
+  again.AdoptEngramHistory(model_->EngramHistory(std::span<const int32_t>(prompt).first(48)));
   const std::vector<float> warm = Run(again, prompt, 64, &cache, ctx);
   EXPECT_EQ(0, std::memcmp(warm.data(), cold.data() + 48 * vocab, warm.size() * sizeof(float)));
 }
@@ -106,7 +109,8 @@ TEST_F(PrefixCacheTest, SamePromptAgainRecomputesOnlyTheLastBlock) {
 TEST_F(PrefixCacheTest, EvictedWindowPagesShortenTheHitButKeepItExact) {
   const int64_t vocab = model_->config().vocab_size;
   ThreadPool threads(2);
-  const ComputeContext ctx{threads, DetectIsa()};
+  CpuBackend backend(threads, DetectIsa());
+  const ComputeContext ctx{backend};
   std::mt19937 rng(9);
   std::vector<int32_t> prompt = RandomTokens(rng, 80, vocab);
   PrefixCache cache(layout_);
@@ -125,7 +129,7 @@ TEST_F(PrefixCacheTest, EvictedWindowPagesShortenTheHitButKeepItExact) {
   SequenceState warm(layout_, pool_);
   const int64_t hit = cache.Attach(longer, warm);
   EXPECT_EQ(hit, 64);
-  warm.engram_recent = model_->EngramHistory(std::span<const int32_t>(longer).first(hit));
+  warm.AdoptEngramHistory(model_->EngramHistory(std::span<const int32_t>(longer).first(hit)));
   const std::vector<float> warm_logits = Run(warm, longer, 81, nullptr, ctx);
   EXPECT_EQ(0, std::memcmp(warm_logits.data(), cold_logits.data() + hit * vocab, warm_logits.size() * sizeof(float)));
   // With every entry gone the pool holds no page in use.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "chat/chat_encoding.h"
 #include "chat/output_parser.h"
 #include "core/model_directory.h"
@@ -64,7 +65,8 @@ class TrainedModelTest : public ::testing::Test {
   // Greedy completions of every prompt, run together in one engine; text keeps special tokens.
   static std::vector<std::pair<std::vector<int32_t>, std::string>> Complete(
       const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens, bool ignore_eos) {
-    Engine engine(*model_, ComputeContext{*pool_, DetectIsa()}, EngineOptions{}, tokenizer_.get());
+    CpuBackend backend(*pool_, DetectIsa());
+    Engine engine(*model_, ComputeContext{backend}, EngineOptions{}, tokenizer_.get());
     std::map<RequestId, size_t> index;
     for (size_t i = 0; i < prompts.size(); ++i) {
       RequestParams request{.prompt = prompts[i]};

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "backend/cpu_backend.h"
 #include "server/metrics.h"
 #include "server_fixture.h"
 
@@ -59,7 +60,8 @@ RequestParams Greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
 class EngineLoopTest : public ::testing::Test {
  protected:
   ThreadPool pool{2};
-  Engine engine{TinyModel(), ComputeContext{pool, DetectIsa()}, EngineOptions{.max_step_tokens = 128, .max_running = 4},
+  CpuBackend backend{pool, DetectIsa()};
+  Engine engine{TinyModel(), ComputeContext{backend}, EngineOptions{.max_step_tokens = 128, .max_running = 4},
                 &ProjectTokenizer()};
   Metrics metrics;
 };

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -48,8 +49,9 @@ class ServerStack {
  public:
   explicit ServerStack(StackOptions options = {})
       : pool_(2),
+        backend_(pool_, DetectIsa()),
         info_(DescribeModel("tiny-a", ProjectTokenizer(), TinyModel().config().vocab_size, TinyModel().max_context())),
-        engine_(TinyModel(), ComputeContext{pool_, DetectIsa()},
+        engine_(TinyModel(), ComputeContext{backend_},
                 EngineOptions{.max_step_tokens = 256, .max_running = options.max_running}, &ProjectTokenizer()),
         loop_(engine_, metrics_, options.max_running, options.max_queue),
         server_(WithFreePort(options.http), loop_, metrics_, info_),
@@ -85,6 +87,7 @@ class ServerStack {
   }
 
   ThreadPool pool_;
+  CpuBackend backend_;
   ModelInfo info_;
   Engine engine_;
   Metrics metrics_;

@@ -7,15 +7,15 @@
 
 namespace deepinfer {
 
-void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx) {
+void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const CpuContext& ctx) {
   DI_CHECK(w.quantized(), "QuantizedLinear needs an FP8 or FP4 weight");
   DI_CHECK(w.cols % kQuantBlock == 0, "K=", w.cols, " is not a multiple of ", kQuantBlock);
   // SIMD paths (linear_simd.h): same numerics contract on every ISA level; the scalar code below
   // stays the oracle they are tested against.
   if (ctx.isa != IsaLevel::kScalar && w.cols <= linear_simd::kMaxK) {
     static const bool bf16_dot = CpuHasAvx512Bf16();  // CPUID is a VM exit: ask once
-    if (ctx.isa == IsaLevel::kAvx512) return QuantizedLinearAvx512(w, x, m, y, ctx.pool, bf16_dot);
-    return QuantizedLinearAvx2(w, x, m, y, ctx.pool);
+    if (ctx.isa == IsaLevel::kAvx512) return QuantizedLinearAvx512(w, x, m, y, ctx.pool, bf16_dot, ctx.scratch);
+    return QuantizedLinearAvx2(w, x, m, y, ctx.pool, ctx.scratch);
   }
   const int64_t k_blocks = w.cols / kQuantBlock;
   // Act-quantize every input row once: e4m3 code values as fp32 plus per-block scales.
@@ -52,10 +52,10 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
 }
 
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                 const ComputeContext& ctx) {
+                 const CpuContext& ctx) {
   if (ctx.isa != IsaLevel::kScalar && w.format != MatrixFormat::kFP4Row32) {
-    if (ctx.isa == IsaLevel::kAvx512) return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool);
-    return DenseLinearAvx2(w, x, m, y, round_to_bf16, ctx.pool);
+    if (ctx.isa == IsaLevel::kAvx512) return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool, ctx.scratch);
+    return DenseLinearAvx2(w, x, m, y, round_to_bf16, ctx.pool, ctx.scratch);
   }
   const bool fp8 = w.format == MatrixFormat::kFP8Block32;
   ctx.pool.ParallelFor(w.rows, [&](size_t begin, size_t end) {
@@ -77,7 +77,7 @@ void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, boo
   });
 }
 
-void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx) {
+void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const CpuContext& ctx) {
   if (w.quantized()) {
     QuantizedLinear(w, x, m, y, ctx);
   } else {

@@ -6,25 +6,24 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/compute_context.h"
-#include "kernels/cpu/weight_matrix.h"
+#include "io/weight_matrix.h"
+#include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
 
 // FP8/FP4 weights: the input is act-quantized to e4m3 with one power-of-two scale per 32
 // elements, each 32-wide K block is summed in fp32, scaled by both block scales and added
 // in K order; the output is rounded to bf16 (fp8_gemm / fp4_gemm of the reference).
-void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx);
+void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, const CpuContext& ctx);
 
 // Plain dot products in fp32 over dequantized weights (F.linear). With round_to_bf16 the
 // output is rounded as a bf16 GEMM's would be; without, it stays fp32. FP8 weights count as
 // their bf16 dequantization (what the reference's convert.py stores for wo_a): the results are
 // bit-identical to DenseLinear on that bf16 matrix, while the SIMD paths read the FP8 bytes.
-void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                 const ComputeContext& ctx);
+void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, const CpuContext& ctx);
 
 // Dispatches on the weight format the way the reference's `linear()` does: quantized
 // weights take the quantized path, bf16 weights a bf16 GEMM.
-void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const ComputeContext& ctx);
+void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const CpuContext& ctx);
 
 }  // namespace deepinfer

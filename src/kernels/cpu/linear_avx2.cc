@@ -394,12 +394,14 @@ struct Avx2 {
 
 }  // namespace
 
-void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  linear_simd::Driver<Avx2>::Quantized(w, x, m, y, pool, /*bf16_dot=*/false);
+void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                         ThreadScratch* scratch) {
+  linear_simd::Driver<Avx2>::Quantized(w, x, m, y, pool, /*bf16_dot=*/false, scratch);
 }
 
-void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool) {
-  linear_simd::Driver<Avx2>::Dense(w, x, m, y, round_to_bf16, pool);
+void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
+                     ThreadScratch* scratch) {
+  linear_simd::Driver<Avx2>::Dense(w, x, m, y, round_to_bf16, pool, scratch);
 }
 
 }  // namespace deepinfer

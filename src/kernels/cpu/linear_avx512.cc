@@ -596,14 +596,14 @@ struct Avx512 {
 
 }  // namespace
 
-void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
-                           bool bf16_dot) {
-  linear_simd::Driver<Avx512>::Quantized(w, x, m, y, pool, bf16_dot);
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot,
+                           ThreadScratch* scratch) {
+  linear_simd::Driver<Avx512>::Quantized(w, x, m, y, pool, bf16_dot, scratch);
 }
 
-void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                       ThreadPool& pool) {
-  linear_simd::Driver<Avx512>::Dense(w, x, m, y, round_to_bf16, pool);
+void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
+                       ThreadScratch* scratch) {
+  linear_simd::Driver<Avx512>::Dense(w, x, m, y, round_to_bf16, pool, scratch);
 }
 
 }  // namespace deepinfer

@@ -51,18 +51,23 @@
 
 #include "core/numeric.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/weight_matrix.h"
+#include "core/thread_scratch.h"
+#include "io/weight_matrix.h"
 
 namespace deepinfer {
 
-// Entry points; callers check the CPU first (ComputeContext::isa comes from ChooseIsa). With
+// Entry points; callers check the CPU first (CpuContext::isa comes from ChooseIsa). With
 // `bf16_dot` the AVX-512 GEMV tiles of FP8 weights use vdpbf16ps (needs AVX512-BF16); the bits are
 // the same either way.
-void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot);
-void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                       ThreadPool& pool);
-void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool);
-void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool);
+// `scratch` (optional): per-thread buffers kept between calls; without it each call allocates.
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot,
+                           ThreadScratch* scratch = nullptr);
+void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
+                       ThreadScratch* scratch = nullptr);
+void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+                         ThreadScratch* scratch = nullptr);
+void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
+                     ThreadScratch* scratch = nullptr);
 
 namespace linear_simd {
 
@@ -142,14 +147,15 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
 template <class Isa>
 class Driver {
  public:
-  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot) {
+  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot,
+                        ThreadScratch* scratch) {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
     // The vdpbf16ps tiles (FP8 GEMV) read bf16 pairs.
     const bool pairs = bf16_dot && m <= kStreamMaxM && w.format == MatrixFormat::kFP8Block32;
-    Array<float> xs = Activations(m, groups);
-    Array<uint32_t> xb(pairs ? m * groups * (kGroup / 2) : 0);
-    Array<ExpRange> act(m);
+    Array<float> xs = Activations(m, groups, scratch);
+    Array<uint32_t> xb(pairs ? m * groups * (kGroup / 2) : 0, scratch, 0, kPairsSlot);
+    Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       act[r] = Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup,
                                         pairs ? xb.data() + r * groups * (kGroup / 2) : nullptr);
@@ -157,15 +163,16 @@ class Driver {
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
     const Job job{&w, m, groups, xs.data(), xb.data(), bf16_dot, true, y};
-    pool.ParallelFor(static_cast<size_t>(w.rows), [&](size_t begin, size_t end) {
-      Array<unsigned char> scratch(Isa::ScratchBytes(groups, m));
-      Run(job, begin, end, scratch.data());
+    pool.ParallelForThreads(static_cast<size_t>(w.rows), [&](size_t begin, size_t end, int thread) {
+      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
+      Run(job, begin, end, tile.data());
       RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
     });
   }
 
   // BF16, F32, or FP8 weights standing for their bf16 dequantization (DenseLinear).
-  static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool) {
+  static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
+                    ThreadScratch* scratch) {
     if (m == 0 || w.rows == 0) return;
     if (w.format == MatrixFormat::kFP8Block32 && !Fp8DecodesToBf16(w)) {
       // Scales where e4m3 * 2^s is not a normal bf16: run on the bf16 dequantization itself.
@@ -176,31 +183,47 @@ class Driver {
         for (int64_t c = 0; c < w.cols; ++c) dense[n * w.cols + c] = FloatToBF16(row[c]);
       }
       const WeightMatrix bf16{MatrixFormat::kBF16, w.rows, w.cols, reinterpret_cast<const uint8_t*>(dense.data())};
-      return Dense(bf16, x, m, y, round_to_bf16, pool);
+      return Dense(bf16, x, m, y, round_to_bf16, pool, scratch);
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
-    Array<float> xs = Activations(m, groups);
+    Array<float> xs = Activations(m, groups, scratch);
     ForRows(pool, m, groups, [&](int64_t r) {
       Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
     });
     const Job job{&w, m, groups, xs.data(), nullptr, false, round_to_bf16, y};
-    pool.ParallelFor(static_cast<size_t>(w.rows), [&](size_t begin, size_t end) {
-      Array<unsigned char> scratch(Isa::ScratchBytes(groups, m));
-      Run(job, begin, end, scratch.data());
+    pool.ParallelForThreads(static_cast<size_t>(w.rows), [&](size_t begin, size_t end, int thread) {
+      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
+      Run(job, begin, end, tile.data());
     });
   }
 
  private:
-  // 64-byte aligned, uninitialised array; one allocation per call or per thread.
+  // The ThreadScratch slots of a call: the caller's activations, pairs and scale ranges; each
+  // thread's tile scratch.
+  static constexpr int kActivationsSlot = 0;
+  static constexpr int kPairsSlot = 1;
+  static constexpr int kRangesSlot = 2;
+  static constexpr int kTileSlot = 3;
+
+  // 64-byte aligned, uninitialised array: borrowed from (thread, slot) of `scratch`, or, without
+  // one, allocated for the call (or the thread).
   template <class T>
   class Array {
    public:
-    explicit Array(int64_t count) : count_(count) {
-      if (count_ > 0) data_ = static_cast<T*>(::operator new (sizeof(T) * count_, std::align_val_t{64}));
+    explicit Array(int64_t count, ThreadScratch* scratch = nullptr, int thread = 0, int slot = 0) : count_(count) {
+      if (count_ <= 0) return;
+      if (scratch != nullptr) {
+        data_ = scratch->Get<T>(thread, slot, static_cast<size_t>(count_));
+        owned_ = false;
+      } else {
+        data_ = static_cast<T*>(::operator new (sizeof(T) * count_, std::align_val_t{64}));
+      }
     }
-    Array(Array&& other) noexcept : count_(other.count_), data_(other.data_) { other.data_ = nullptr; }
+    Array(Array&& other) noexcept : count_(other.count_), data_(other.data_), owned_(other.owned_) {
+      other.data_ = nullptr;
+    }
     ~Array() {
-      if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
+      if (data_ != nullptr && owned_) ::operator delete (data_, std::align_val_t{64});
     }
     Array(const Array&) = delete;
     Array& operator=(const Array&) = delete;
@@ -210,6 +233,7 @@ class Driver {
    private:
     int64_t count_;
     T* data_ = nullptr;
+    bool owned_ = true;
   };
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
@@ -223,9 +247,9 @@ class Driver {
   }
 
   // Canonical activation rows; for the GEMM path m is rounded up to its tile with zero rows.
-  static Array<float> Activations(int64_t m, int64_t groups) {
+  static Array<float> Activations(int64_t m, int64_t groups, ThreadScratch* scratch) {
     const int64_t rows = m > kStreamMaxM ? RoundUp(m, kPanelM) : m;
-    Array<float> xs(rows * groups * kGroup);
+    Array<float> xs(rows * groups * kGroup, scratch, 0, kActivationsSlot);
     std::memset(xs.data() + m * groups * kGroup, 0, sizeof(float) * (rows - m) * groups * kGroup);
     return xs;
   }

@@ -28,14 +28,19 @@ void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin,
 }
 
 void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                             const float* sink, float softmax_scale, float* out) {
+                             const float* sink, float softmax_scale, float* out, float* scratch) {
   const size_t count = entries.size();
-  std::vector<float> scores(kSparseAttentionBlock);
-  std::vector<float> acc(dim);
-  std::vector<float> block_acc(dim);
+  std::vector<float> owned;
+  if (scratch == nullptr) {
+    owned.resize(SparseAttentionScratchFloats(dim));
+    scratch = owned.data();
+  }
+  float* scores = scratch;
+  float* acc = scores + kSparseAttentionBlock;
+  float* block_acc = acc + dim;
   for (int h = 0; h < heads; ++h) {
     const float* qh = q + h * dim;
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill_n(acc, dim, 0.0f);
     float running_max = -1e30f;  // finite, so a query with no entry yields zeros, not NaN
     float sum_exp = 0.0f;
     for (size_t start = 0; start < count; start += kSparseAttentionBlock) {
@@ -61,7 +66,7 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
       }
       sum_exp = sum_exp * rescale + block_sum;
       // The block's P.V is summed on its own, then added to the rescaled accumulator.
-      std::fill(block_acc.begin(), block_acc.end(), 0.0f);
+      std::fill_n(block_acc, dim, 0.0f);
       for (size_t k = 0; k < block; ++k) {
         const float* kv = entries[start + k];
         if (kv == nullptr) continue;
@@ -88,12 +93,12 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
 }
 
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
-                             std::span<const float* const> entries, const float* sink, float softmax_scale,
-                             float* out) {
+                             std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
+                             float* scratch) {
   if (isa == IsaLevel::kAvx512 && dim % 16 == 0) {
-    SparseAttentionWithSinkAvx512(q, heads, dim, entries, sink, softmax_scale, out);
+    SparseAttentionWithSinkAvx512(q, heads, dim, entries, sink, softmax_scale, out, scratch);
   } else {
-    SparseAttentionWithSink(q, heads, dim, entries, sink, softmax_scale, out);
+    SparseAttentionWithSink(q, heads, dim, entries, sink, softmax_scale, out, scratch);
   }
 }
 

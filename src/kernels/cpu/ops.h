@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
 
@@ -21,17 +21,21 @@ void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin,
 // rounded to bf16 relative to the running maximum before P.V, fp32 denominator, bf16 output.
 // `entries` lists the KV rows in order; nullptr marks an empty slot (it still occupies its
 // place in a block of 64). q is [heads, dim], out is [heads, dim].
+// `scratch` (optional) holds SparseAttentionScratchFloats(dim) floats; without it the call
+// allocates its own.
 inline constexpr int kSparseAttentionBlock = 64;
+constexpr int64_t SparseAttentionScratchFloats(int64_t dim) { return kSparseAttentionBlock + 2 * dim; }
 void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                             const float* sink, float softmax_scale, float* out);
+                             const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
 
 // The same on the SIMD level `isa` allows. At kAvx512 only the summation order of each q.k
 // dot product differs from the scalar oracle (P.V is elementwise and rounds identically), so
 // outputs stay within fp32 rounding of it, independent of other queries and heads.
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
-                             std::span<const float* const> entries, const float* sink, float softmax_scale, float* out);
+                             std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
+                             float* scratch = nullptr);
 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                                   const float* sink, float softmax_scale, float* out);
+                                   const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
 
 // sum_i a[i] * b[i] in fp32: sequential at kScalar; 2x16 lanes and a fixed reduction tree
 // at kAvx512. Deterministic for a given level.

@@ -40,14 +40,20 @@ DI_AVX512 float DotProductAvx512(const float* a, const float* b, int64_t n) {
 
 DI_AVX512 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim,
                                              std::span<const float* const> entries, const float* sink,
-                                             float softmax_scale, float* out) {
+                                             float softmax_scale, float* out, float* scratch) {
   DI_CHECK(dim % 16 == 0, "AVX-512 attention needs head_dim % 16 == 0, got ", dim);
   const size_t count = entries.size();
-  std::vector<float> scores(kSparseAttentionBlock);
-  std::vector<float> acc(dim), block_acc(dim);
+  std::vector<float> owned;
+  if (scratch == nullptr) {
+    owned.resize(SparseAttentionScratchFloats(dim));
+    scratch = owned.data();
+  }
+  float* scores = scratch;
+  float* acc = scores + kSparseAttentionBlock;
+  float* block_acc = acc + dim;
   for (int h = 0; h < heads; ++h) {
     const float* qh = q + h * dim;
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill_n(acc, dim, 0.0f);
     float running_max = -1e30f;
     float sum_exp = 0.0f;
     for (size_t start = 0; start < count; start += kSparseAttentionBlock) {
@@ -66,7 +72,7 @@ DI_AVX512 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t 
         block_sum += scores[k];
       }
       sum_exp = sum_exp * rescale + block_sum;
-      std::fill(block_acc.begin(), block_acc.end(), 0.0f);
+      std::fill_n(block_acc, dim, 0.0f);
       for (size_t k = 0; k < block; ++k) {
         const float* kv = entries[start + k];
         if (kv == nullptr) continue;
@@ -74,13 +80,13 @@ DI_AVX512 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t 
         for (int64_t d = 0; d < dim; d += 16) {
           // p * kv then add, unfused, as the oracle rounds it.
           const __m512 product = _mm512_mul_ps(p, _mm512_loadu_ps(kv + d));
-          _mm512_storeu_ps(block_acc.data() + d, _mm512_add_ps(_mm512_loadu_ps(block_acc.data() + d), product));
+          _mm512_storeu_ps(block_acc + d, _mm512_add_ps(_mm512_loadu_ps(block_acc + d), product));
         }
       }
       const __m512 scale = _mm512_set1_ps(rescale);
       for (int64_t d = 0; d < dim; d += 16) {
-        const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(acc.data() + d), scale);
-        _mm512_storeu_ps(acc.data() + d, _mm512_add_ps(scaled, _mm512_loadu_ps(block_acc.data() + d)));
+        const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(acc + d), scale);
+        _mm512_storeu_ps(acc + d, _mm512_add_ps(scaled, _mm512_loadu_ps(block_acc + d)));
       }
       running_max = new_max;
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "core/thread_scratch.h"
 
 namespace deepinfer {
 
@@ -25,9 +26,12 @@ std::vector<IsaLevel> SupportedIsaLevels();
 // Every level this binary has kernels for (scalar, AVX2, AVX-512: all are always built).
 std::vector<IsaLevel> CompiledIsaLevels();
 
-struct ComputeContext {
+struct CpuContext {
   ThreadPool& pool;
   IsaLevel isa;
+  // Per-thread buffers the SIMD kernels keep between calls (the CPU backend's); without them
+  // each call allocates its temporaries. The scalar oracles always allocate.
+  ThreadScratch* scratch = nullptr;
 };
 
 // The detected level, or `forced` when given; throws Error if `forced` exceeds the CPU.

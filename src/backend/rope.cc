@@ -1,4 +1,4 @@
-#include "model/rope.h"
+#include "backend/rope.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "kernels/cpu/weight_matrix.h"
+#include "io/weight_matrix.h"
 
 #include <cstring>
 

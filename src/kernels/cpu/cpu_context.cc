@@ -1,4 +1,4 @@
-#include "kernels/cpu/compute_context.h"
+#include "kernels/cpu/cpu_context.h"
 
 #include <cpuid.h>
 

@@ -1,0 +1,64 @@
+// The CPU backend: the kernels of src/kernels/cpu (SIMD linears and attention, dispatched on the
+// ISA level) and the scalar loops of the small ops. Every op gives the bits of the scalar
+// oracle at every ISA level (kernels/cpu/ops.h and linear.h state the oracles).
+//
+// Thread contract: as Backend; the ops split their work over `pool` with a static partition,
+// so results do not depend on the thread count.
+#pragma once
+
+#include "backend/backend.h"
+#include "kernels/cpu/cpu_context.h"
+
+namespace deepinfer {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(ThreadPool& pool, IsaLevel isa) : scratch_(pool.size()), cpu_{pool, isa, &scratch_} {}
+
+  std::string_view name() const override { return "cpu"; }
+  Workspace& workspace() override { return workspace_; }
+  const CpuContext& cpu() const { return cpu_; }
+
+  void Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) override;
+  void GroupedLinear(const WeightMatrix& w, int groups, const Tensor& x, const Tensor& y) override;
+  void Copy(const Tensor& from, const Tensor& to) override;
+  void Embed(const WeightMatrix& table, std::span<const int32_t> tokens, int copies, const Tensor& streams) override;
+  void RmsNorm(const Tensor& x, std::span<const float> weight, float eps, const Tensor& out) override;
+  void Rope(const Tensor& x, int heads, const RopeTable& table, std::span<const int64_t> positions,
+            bool inverse) override;
+  void HcMixes(const Tensor& streams, const WeightMatrix& fn, std::span<const float> base, std::span<const float> scale,
+               const HcParams& params, const Tensor& pre, const Tensor& post, const Tensor& comb) override;
+  void HcCollapse(const Tensor& streams, const Tensor& pre, const Tensor& out) override;
+  void HcExpand(const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& streams) override;
+  void EncodeWindowRows(const Tensor& x, const Tensor& codes, const Tensor& exponents, const Tensor& decoded) override;
+  void StoreWindowEntries(const Tensor& codes, const Tensor& exponents,
+                          std::span<const WindowEntry<uint8_t>> entries) override;
+  void DecodeWindowEntries(std::span<const WindowEntry<const uint8_t>> entries, const Tensor& out) override;
+  void EncodeCompressedEntries(const Tensor& latents, const Tensor& keys,
+                               std::span<const CompressedEntry<uint8_t>> entries) override;
+  void DecodeCompressedEntries(std::span<const CompressedEntry<const uint8_t>> entries, const Tensor& out) override;
+  void DecodeIndexKeys(std::span<const CompressedEntry<const uint8_t>> entries, const Tensor& out) override;
+  void CompressorPool(const Tensor& kv, const Tensor& gate, int ratio, const Tensor& pooled) override;
+  void IndexerSelect(const Tensor& q, const Tensor& head_weights, const RopeTable& rope, const IndexerParams& params,
+                     std::span<const IndexerRow> rows) override;
+  void SparseAttention(const Tensor& q, int heads, std::span<const float* const> entries,
+                       std::span<const int64_t> row_begin, std::span<const float> sink, float softmax_scale,
+                       const Tensor& out) override;
+  void Route(const Tensor& scores, std::span<const float> bias, const RouterParams& params, const Tensor& experts,
+             const Tensor& weights) override;
+  void SwiGlu(const Tensor& gate, const Tensor& up, std::span<const float> route_weights, float limit,
+              const Tensor& out) override;
+  void GatherRows(const Tensor& x, std::span<const int64_t> rows, const Tensor& out) override;
+  void ScatterAddRows(const Tensor& src, std::span<const int64_t> rows, const Tensor& acc) override;
+  void AddRounded(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void EngramGather(const uint8_t* codes, const uint8_t* scales, int64_t table_rows, int64_t dim,
+                    std::span<const int64_t> ids, const Tensor& out) override;
+  void EngramGate(const Tensor& kv, std::span<const float> gate_weight, float eps, const Tensor& streams) override;
+
+ private:
+  ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
+  CpuContext cpu_;
+  Workspace workspace_;
+};
+
+}  // namespace deepinfer

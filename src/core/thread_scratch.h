@@ -1,0 +1,44 @@
+// Scratch buffers per pool thread that keep their memory from call to call: where kernels take
+// their temporaries, so that a forward allocates nothing once it has run at its shape.
+//
+// Buffer (thread, slot) is for the ParallelFor part `thread` (0 is the calling thread); a kernel
+// uses a few fixed slots of it, which stay valid until that (thread, slot) is asked for again.
+// Thread contract: each thread touches only its own buffers; a ThreadScratch serves one forward
+// at a time.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace deepinfer {
+
+class ThreadScratch {
+ public:
+  static constexpr int kSlots = 4;
+
+  explicit ThreadScratch(int threads) : slots_(static_cast<size_t>(threads)) {}
+
+  int threads() const { return static_cast<int>(slots_.size()); }
+  // At least `bytes`, 64-byte aligned, contents undefined.
+  void* Buffer(int thread, int slot, size_t bytes);
+  template <class T>
+  T* Get(int thread, int slot, size_t count) {
+    return static_cast<T*>(Buffer(thread, slot, count * sizeof(T)));
+  }
+
+ private:
+  struct Slot {
+    std::unique_ptr<std::byte[]> memory;
+    size_t bytes = 0;
+  };
+  // Per thread, padded to its own cache lines.
+  struct alignas(64) ThreadSlots {
+    std::array<Slot, kSlots> slot;
+  };
+  std::vector<ThreadSlots> slots_;
+};
+
+}  // namespace deepinfer
