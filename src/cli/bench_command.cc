@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/machine_limits.h"
 #include "core/thread_pool.h"
+#include "io/forward_flops.h"
 #include "kernels/cpu/compute_context.h"
 #include "model/model.h"
 
@@ -96,36 +97,6 @@ BenchOptions ParseBenchOptions(const std::vector<std::string>& args) {
     options.batch_sizes.insert(options.batch_sizes.begin(), 1);
   }
   return options;
-}
-
-FlopShape FlopShapeOf(const ModelConfig& c) {
-  FlopShape s;
-  s.vocab_size = c.vocab_size;
-  s.hidden_size = c.hidden_size;
-  s.moe_intermediate_size = c.moe_intermediate_size;
-  s.num_heads = c.num_heads;
-  s.head_dim = c.head_dim;
-  s.q_lora_rank = c.q_lora_rank;
-  s.o_groups = c.o_groups;
-  s.o_lora_rank = c.o_lora_rank;
-  s.window_size = c.window_size;
-  s.hc_mult = c.hc_mult;
-  s.n_routed_experts = c.n_routed_experts;
-  s.num_experts_per_tok = c.num_experts_per_tok;
-  s.n_shared_experts = c.n_shared_experts;
-  s.index_n_heads = c.index_n_heads;
-  s.index_head_dim = c.index_head_dim;
-  s.index_topk = c.index_topk;
-  s.candidate_topk_blocks = c.candidate_topk_blocks;
-  s.candidate_block_size = c.candidate_block_size;
-  s.engram_wkv_cols =
-      c.engram_max_ngram_size > 0 ? int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads * c.engram_head_dim : 0;
-  for (int layer = 0; layer < c.num_layers; ++layer) {
-    const LayerRole& r = c.roles[layer];
-    s.layers.push_back(
-        {r.compress_ratio, r.kv_source, r.index_source, r.candidate_source, r.uses_candidates, r.engram_index >= 0});
-  }
-  return s;
 }
 
 // Deterministic, well-spread token ids in [0, vocab): a multiplicative hash of (stream, t).
@@ -247,7 +218,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const Clock::time_point prefill_start = Clock::now();
   model->Forward({&prefill_item, 1}, ctx);
   const double ttft_s = Seconds(prefill_start, Clock::now());
-  const FlopCount flops = CountForwardFlops(FlopShapeOf(config), 0, o.prefill_tokens);
+  const FlopCount flops = CountForwardFlops(config, 0, o.prefill_tokens);
   const double prefill_flops_per_s = static_cast<double>(flops.total()) / ttft_s;
 
   // Decode at each batch size.
