@@ -1,4 +1,4 @@
-// `deepinfer generate` and `deepinfer inspect`.
+// `deepinfer generate`.
 #pragma once
 
 #include <string>
@@ -10,8 +10,5 @@ namespace deepinfer {
 //                    [--temperature T] [--seed S] [--threads N] [--max-context N]
 //                    [--dump-logits FILE.npy] [--show-ids] [--ignore-eos]
 int RunGenerateCommand(const std::vector<std::string>& args);
-
-// deepinfer inspect [--model DIR]: config summary, layer roles, tensor table, validation.
-int RunInspectCommand(const std::vector<std::string>& args);
 
 }  // namespace deepinfer
