@@ -16,6 +16,7 @@
 
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/isa_flag.h"
 #include "cli/serving_bench.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
@@ -62,11 +63,7 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
       {"--threads", "N",
        "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
        [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
-      {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
-       [](BenchOptions& o, const std::string& v) {
-         o.isa = ParseIsa(v);
-         if (!o.isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
-       }},
+      IsaFlag<BenchOptions>(),
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
        [](BenchOptions& o, const std::string& v) {
          o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1, kMaxTokensFlag);
@@ -180,7 +177,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     }
   }
   const BenchOptions o = ParseBenchOptions(args);
-  const IsaLevel isa = ChooseIsa(o.isa);
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
   const ModelConfig& config = model->config();

@@ -11,6 +11,7 @@
 #include "chat/structured_output.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/sampling_flags.h"
 #include "core/bounded_json.h"
@@ -41,6 +42,7 @@ struct GenerateOptions {
   SamplingParams sampling;  // greedy unless --temperature
   uint64_t seed = 0;
   int threads = 0;
+  std::optional<IsaLevel> isa;
   int64_t max_context = 0;
   std::string dump_logits;
   bool show_ids = false;
@@ -74,6 +76,7 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
        [](GenerateOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](GenerateOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
+      IsaFlag<GenerateOptions>(),
       {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
        [](GenerateOptions& o, const std::string& v) {
          o.max_context = ParseIntFlag("--max-context", v, 0, kMaxTokensFlag);
@@ -209,6 +212,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     return 0;
   }
   const GenerateOptions options = ParseGenerateOptions(args);
+  const IsaLevel isa = ChooseIsaFlag(options.isa);  // before the model loads, like the id list
   // Before the model loads, so that a bad id list fails at once.
   std::vector<int32_t> prompt = options.prompt_ids.empty() ? std::vector<int32_t>() : ParseIdList(options.prompt_ids);
   const std::string model_dir = ModelDirOrDefault(options.model);
@@ -258,7 +262,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   ThreadPool pool(options.threads);
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
-  Engine engine(*model, ComputeContext{pool, DetectIsa()}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
+  Engine engine(*model, ComputeContext{pool, isa}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
   std::vector<RequestId> choices;
   for (int64_t i = 0; i < options.n; ++i) {
     RequestParams request{.prompt = prompt, .sampling = options.sampling, .seed = options.seed + i};
