@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "error_of.h"
 #include "io/model_config.h"
 #include "model/checkpoint_builder.h"
 
@@ -22,12 +22,7 @@ using deepinfer::testing::ScratchDir;
 using ::testing::HasSubstr;
 
 std::string ArgError(const std::vector<std::string>& args) {
-  try {
-    RunMakeModelCommand(args);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return ErrorOf([&] { RunMakeModelCommand(args); });
 }
 
 // Without --tokenizer the model gets the project tokenizer (embedded in the binary).

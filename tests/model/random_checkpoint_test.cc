@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "chat/chat_tokens.h"
-#include "core/error.h"
 #include "core/thread_pool.h"
+#include "error_of.h"
 #include "io/model_config.h"
 #include "model/checkpoint_builder.h"
 #include "model/model.h"
@@ -66,12 +66,7 @@ RandomCheckpointResult Write(RandomCheckpointOptions options) {
 }
 
 std::string WriteError(const RandomCheckpointOptions& options) {
-  try {
-    Write(options);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return ErrorOf([&] { Write(options); });
 }
 
 // Four layers at the real dimensions (~1.5 GB of weights with 8 experts and a 1024 vocab).
@@ -207,13 +202,9 @@ TEST(RandomCheckpoint, EngramTablesHoldEveryHashBucket) {
   EXPECT_GT(EngramPrimeSums(r.engram_vocab_size + 1, 2, 8).back(), 50000);
 
   o.engram_rows = 100;
-  try {
-    (void)RandomCheckpointConfigJson(o, ProjectTokenizer());
-    ADD_FAILURE() << "expected an error for too few Engram rows";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--engram-rows"));
-    EXPECT_THAT(e.what(), HasSubstr("at least"));
-  }
+  const std::string error = ErrorOf([&] { (void)RandomCheckpointConfigJson(o, ProjectTokenizer()); });
+  EXPECT_THAT(error, HasSubstr("--engram-rows"));
+  EXPECT_THAT(error, HasSubstr("at least"));
 }
 
 TEST(RandomCheckpoint, OptionErrorsAreReported) {
@@ -221,12 +212,9 @@ TEST(RandomCheckpoint, OptionErrorsAreReported) {
   EXPECT_THAT(WriteError(Options("v4-pro", 2, 8, "x")),
               HasSubstr("--preset: unknown preset 'v4-pro' (available: v41-flash-slice, tiny)"));
   EXPECT_THAT(WriteError(Options("v41-flash-slice", 41, 8, "x")), HasSubstr("--layers: expected 1..40"));
-  try {
-    WriteRandomCheckpoint(WithPresetDefaults(Options("tiny", 0, 0, "x")), ProjectTokenizer());
-    ADD_FAILURE() << "expected an error without a tokenizer";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("the tokenizer.json to copy into x is required"));
-  }
+  EXPECT_THAT(
+      ErrorOf([] { WriteRandomCheckpoint(WithPresetDefaults(Options("tiny", 0, 0, "x")), ProjectTokenizer()); }),
+      HasSubstr("the tokenizer.json to copy into x is required"));
 }
 
 }  // namespace
