@@ -66,8 +66,8 @@ sanitizer_build() {  # DIR, then CMake options
 # (tokenizer, chat, structured output: their GoogleTest binaries show up as *_NOT_BUILT here).
 # Everything was run clean under this build by hand (the #14 and CI notes).
 sanitizer_build build-asan -DDEEPINFER_SANITIZE=ON
-asan_targets=(deepinfer make_hostile_inputs core_tests io_tests kernel_tests cache_tests model_tests engine_tests
-              server_tests)
+asan_targets=(deepinfer make_hostile_inputs core_tests io_tests kernel_tests cache_tests backend_tests model_tests
+              alloc_tests engine_tests server_tests cli_tests)
 cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
 part "ASan build"
 skipped='GoldenTest.EveryMode|RealDimensionSlice|RequestsProduceTheirAloneTokens|BatchInvariance|'

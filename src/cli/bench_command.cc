@@ -17,10 +17,12 @@
 #include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/isa_flag.h"
 #include "cli/serving_bench.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
 #include "core/thread_pool.h"
+#include "io/forward_flops.h"
 #include "kernels/cpu/cpu_context.h"
 #include "model/model.h"
 
@@ -62,11 +64,7 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
       {"--threads", "N",
        "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
        [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
-      {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
-       [](BenchOptions& o, const std::string& v) {
-         o.isa = ParseIsa(v);
-         if (!o.isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
-       }},
+      IsaFlag<BenchOptions>(),
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
        [](BenchOptions& o, const std::string& v) {
          o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1, kMaxTokensFlag);
@@ -97,36 +95,6 @@ BenchOptions ParseBenchOptions(const std::vector<std::string>& args) {
     options.batch_sizes.insert(options.batch_sizes.begin(), 1);
   }
   return options;
-}
-
-FlopShape FlopShapeOf(const ModelConfig& c) {
-  FlopShape s;
-  s.vocab_size = c.vocab_size;
-  s.hidden_size = c.hidden_size;
-  s.moe_intermediate_size = c.moe_intermediate_size;
-  s.num_heads = c.num_heads;
-  s.head_dim = c.head_dim;
-  s.q_lora_rank = c.q_lora_rank;
-  s.o_groups = c.o_groups;
-  s.o_lora_rank = c.o_lora_rank;
-  s.window_size = c.window_size;
-  s.hc_mult = c.hc_mult;
-  s.n_routed_experts = c.n_routed_experts;
-  s.num_experts_per_tok = c.num_experts_per_tok;
-  s.n_shared_experts = c.n_shared_experts;
-  s.index_n_heads = c.index_n_heads;
-  s.index_head_dim = c.index_head_dim;
-  s.index_topk = c.index_topk;
-  s.candidate_topk_blocks = c.candidate_topk_blocks;
-  s.candidate_block_size = c.candidate_block_size;
-  s.engram_wkv_cols =
-      c.engram_max_ngram_size > 0 ? int64_t{c.engram_max_ngram_size - 1} * c.engram_n_heads * c.engram_head_dim : 0;
-  for (int layer = 0; layer < c.num_layers; ++layer) {
-    const LayerRole& r = c.roles[layer];
-    s.layers.push_back(
-        {r.compress_ratio, r.kv_source, r.index_source, r.candidate_source, r.uses_candidates, r.engram_index >= 0});
-  }
-  return s;
 }
 
 // Deterministic, well-spread token ids in [0, vocab): a multiplicative hash of (stream, t).
@@ -210,7 +178,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     }
   }
   const BenchOptions o = ParseBenchOptions(args);
-  const IsaLevel isa = ChooseIsa(o.isa);
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
   const ModelConfig& config = model->config();
@@ -249,7 +217,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const Clock::time_point prefill_start = Clock::now();
   model->Forward({&prefill_item, 1}, ctx);
   const double ttft_s = Seconds(prefill_start, Clock::now());
-  const FlopCount flops = CountForwardFlops(FlopShapeOf(config), 0, o.prefill_tokens);
+  const FlopCount flops = CountForwardFlops(config, 0, o.prefill_tokens);
   const double prefill_flops_per_s = static_cast<double>(flops.total()) / ttft_s;
 
   // Decode at each batch size.

@@ -1,4 +1,4 @@
-// `deepinfer generate` and `deepinfer inspect`.
+// `deepinfer generate`.
 #pragma once
 
 #include <string>
@@ -7,11 +7,8 @@
 namespace deepinfer {
 
 // deepinfer generate [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT [--chat]) --max-tokens N
-//                    [--temperature T] [--seed S] [--threads N] [--max-context N]
+//                    [--temperature T] [--seed S] [--threads N] [--isa LEVEL] [--max-context N]
 //                    [--dump-logits FILE.npy] [--show-ids] [--ignore-eos]
 int RunGenerateCommand(const std::vector<std::string>& args);
-
-// deepinfer inspect [--model DIR]: config summary, layer roles, tensor table, validation.
-int RunInspectCommand(const std::vector<std::string>& args);
 
 }  // namespace deepinfer

@@ -12,6 +12,7 @@
 #include "cli/chat_command.h"
 #include "cli/chat_template_command.h"
 #include "cli/generate_command.h"
+#include "cli/inspect_command.h"
 #include "cli/make_model_command.h"
 #include "cli/perplexity_command.h"
 #include "cli/serve_command.h"

@@ -12,6 +12,7 @@
 #include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/serving_bench.h"
 #include "core/error.h"
@@ -94,11 +95,7 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
        [](ServeOptions& o, const std::string& v) { o.max_queue = ParseIntFlag("--max-queue", v, 0, 1 << 20); }},
       {"--threads", "N", "compute threads (default: all cores; at most 4 per hardware thread)",
        [](ServeOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
-      {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
-       [](ServeOptions& o, const std::string& v) {
-         o.isa = ParseIsa(v);
-         if (!o.isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
-       }},
+      IsaFlag<ServeOptions>(),
       {"--http-threads", "N", "threads running the HTTP connections (default 2)",
        [](ServeOptions& o, const std::string& v) {
          o.http.threads = static_cast<int>(Positive("--http-threads", v, 256));
@@ -178,7 +175,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
   engine_options.kv_cache_memory = o.kv_cache_memory.value_or(AutoKvBudget());
   engine_options.prefix_caching = o.prefix_cache;
   engine_options.seed = o.seed;
-  const IsaLevel isa = ChooseIsa(o.isa);
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
   CpuBackend backend(pool, isa);
   Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   Metrics metrics;

@@ -24,6 +24,7 @@
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "cli/http_client.h"
+#include "cli/isa_flag.h"
 #include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -92,11 +93,6 @@ std::string MiB(uint64_t bytes) {
   return text;
 }
 
-void SetIsa(std::optional<IsaLevel>& isa, const std::string& v) {
-  isa = ParseIsa(v);
-  if (!isa) throw MakeError("--isa: expected scalar, avx2 or avx512, got '", v, "'");
-}
-
 // ---------------------------------------------------------------------------------------------
 // --serving
 
@@ -144,8 +140,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
       {"--model", "DIR", kModelFlagHelp, [](ServingOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](ServingOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
-      {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
-       [](ServingOptions& o, const std::string& v) { SetIsa(o.isa, v); }},
+      IsaFlag<ServingOptions>(),
       {"--max-step-tokens", "B", "tokens one engine step may run (default 512)",
        [](ServingOptions& o, const std::string& v) {
          o.max_step_tokens = ParseIntFlag("--max-step-tokens", v, 1, kMaxTokensFlag);
@@ -287,7 +282,7 @@ void CheckWorkload(const ServingOptions& o, int64_t vocab, int64_t max_context) 
 
 std::vector<RequestRecord> ServeInProcess(const ServingOptions& o, int64_t max_running,
                                           const std::vector<double>& arrivals, ServingRun& run) {
-  const IsaLevel isa = ChooseIsa(o.isa);
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   Progress("loading " + model_dir);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
@@ -661,8 +656,7 @@ const std::vector<Flag<SweepOptions>>& SweepFlags() {
       {"--model", "DIR", kModelFlagHelp, [](SweepOptions& o, const std::string& v) { o.model = v; }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](SweepOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
-      {"--isa", "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU supports)",
-       [](SweepOptions& o, const std::string& v) { SetIsa(o.isa, v); }},
+      IsaFlag<SweepOptions>(),
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](SweepOptions& o, const std::string&) { o.json = true; }},
   };
@@ -762,7 +756,7 @@ int RunContextSweep(const std::vector<std::string>& args) {
     throw MakeError("--contexts: ", o.contexts.back(), " exceeds the --max-model-len-list entry ",
                     o.max_model_lens.front());
   }
-  const IsaLevel isa = ChooseIsa(o.isa);
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   const int64_t model_max = LoadModelConfig(model_dir).max_position_embeddings;
   if (o.max_model_lens.back() > model_max) {

@@ -751,10 +751,14 @@ class Validator {
       p_->Add(K("n_shared_experts"), ": must be 1 (the reference MoE has exactly one shared expert), got ",
               c_.n_shared_experts);
     }
-    if (r_.Usable("scoring_func") && c_.scoring_func != "softmax" && c_.scoring_func != "sigmoid" &&
-        c_.scoring_func != "sqrtsoftplus") {
-      p_->Add(K("scoring_func"), ": expected \"softmax\", \"sigmoid\" or \"sqrtsoftplus\", got \"", c_.scoring_func,
-              "\"");
+    // The reference also defines softmax and sigmoid routing; the MoE computes sqrtsoftplus only
+    // (V4.1's), so a config asking for another would run a silently different model.
+    if (r_.Usable("scoring_func") && c_.scoring_func != "sqrtsoftplus") {
+      const bool reference = c_.scoring_func == "softmax" || c_.scoring_func == "sigmoid";
+      p_->Add(K("scoring_func"), ": \"", c_.scoring_func, "\" ",
+              reference ? "routing is not implemented" : "is not a scoring function",
+              "; deepinfer supports only \"sqrtsoftplus\" (DeepSeek-V4.1's)",
+              reference ? "" : " (the reference also defines \"softmax\" and \"sigmoid\")");
     }
   }
 

@@ -65,17 +65,7 @@ Model::Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, st
       max_context_(max_context),
       default_layout_(std::make_shared<const CacheLayout>(
           CacheLayout::For(config_, CacheLayout::BlockTokensAtLeast(config_, kDefaultBlockTokens)))) {
-  for (const LayerWeights& layer : weights_.layers) {
-    const AttentionWeights& a = layer.attn;
-    uint64_t bytes = layer.hc_attn.fn.bytes() + layer.hc_ffn.fn.bytes();
-    for (const WeightMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.compressor_wkv, &a.compressor_wgate,
-                                  &a.indexer_wk, &a.indexer_wq_b, &a.indexer_weights_proj, &layer.ffn.gate,
-                                  &layer.ffn.shared.w1, &layer.ffn.shared.w2, &layer.ffn.shared.w3}) {
-      bytes += m->bytes();
-    }
-    if (layer.engram) bytes += layer.engram->wkv.bytes();
-    layer_fixed_bytes_.push_back(bytes);
-  }
+  for (const LayerWeights& layer : weights_.layers) layer_fixed_bytes_.push_back(layer.fixed_matrix_bytes);
 }
 
 Error MappedFileError(const MappedFileFault& fault, const Checkpoint& checkpoint) {

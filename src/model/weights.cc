@@ -74,68 +74,73 @@ std::optional<std::vector<int64_t>> ScaleShape(const ExpectedTensor& t) {
 // Walks the tensors of one block (backbone layer or DSpark stage) under `prefix`; false once
 // `visit` asked to stop. The shape arithmetic cannot overflow: every factor is within the
 // config's plausibility bounds (io/model_config.cc), the largest product ~2^26.
-bool VisitBlock(const ModelConfig& c, const std::string& prefix, int layer_id, bool backbone,
+bool VisitBlock(const ModelConfig& c, const std::string& prefix, int block, bool backbone,
                 const std::function<bool(const ExpectedTensor&)>& visit) {
+  using S = TensorSlot;
   bool go = true;
   const int64_t d = c.hidden_size;
   const int64_t mix = (2 + c.hc_mult) * c.hc_mult;
   const TensorKind linear =
       c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix : TensorKind::kDenseMatrix;
-  auto add = [&](const std::string& name, TensorKind kind, std::vector<int64_t> shape) {
-    if (go) go = visit(ExpectedTensor{prefix + name, kind, std::move(shape)});
+  auto add = [&](const std::string& name, TensorKind kind, std::vector<int64_t> shape, TensorSlot slot,
+                 int expert = -1) {
+    if (go) go = visit(ExpectedTensor{prefix + name, kind, std::move(shape), slot, block, expert});
   };
-  add("attn_norm.weight", TensorKind::kVector, {d});
-  add("ffn_norm.weight", TensorKind::kVector, {d});
-  for (const char* site : {"attn", "ffn"}) {
-    add(std::string("hc_") + site + "_fn", TensorKind::kF32Matrix, {mix, c.hc_mult * d});
-    add(std::string("hc_") + site + "_base", TensorKind::kVector, {mix});
-    add(std::string("hc_") + site + "_scale", TensorKind::kVector, {3});
-  }
+  add("attn_norm.weight", TensorKind::kVector, {d}, S::kAttnNorm);
+  add("ffn_norm.weight", TensorKind::kVector, {d}, S::kFfnNorm);
+  add("hc_attn_fn", TensorKind::kF32Matrix, {mix, c.hc_mult * d}, S::kHcAttnFn);
+  add("hc_attn_base", TensorKind::kVector, {mix}, S::kHcAttnBase);
+  add("hc_attn_scale", TensorKind::kVector, {3}, S::kHcAttnScale);
+  add("hc_ffn_fn", TensorKind::kF32Matrix, {mix, c.hc_mult * d}, S::kHcFfnFn);
+  add("hc_ffn_base", TensorKind::kVector, {mix}, S::kHcFfnBase);
+  add("hc_ffn_scale", TensorKind::kVector, {3}, S::kHcFfnScale);
   const int64_t q_dim = c.num_heads * c.head_dim;
-  add("attn.wq_a.weight", linear, {c.q_lora_rank, d});
-  add("attn.q_norm.weight", TensorKind::kVector, {c.q_lora_rank});
-  add("attn.wq_b.weight", linear, {q_dim, c.q_lora_rank});
-  add("attn.wkv.weight", linear, {c.head_dim, d});
-  add("attn.kv_norm.weight", TensorKind::kVector, {c.head_dim});
-  add("attn.wo_a.weight", linear, {c.o_groups * c.o_lora_rank, q_dim / c.o_groups});
-  add("attn.wo_b.weight", linear, {d, c.o_groups * c.o_lora_rank});
-  add("attn.attn_sink", TensorKind::kVector, {c.num_heads});
+  add("attn.wq_a.weight", linear, {c.q_lora_rank, d}, S::kWqA);
+  add("attn.q_norm.weight", TensorKind::kVector, {c.q_lora_rank}, S::kQNorm);
+  add("attn.wq_b.weight", linear, {q_dim, c.q_lora_rank}, S::kWqB);
+  add("attn.wkv.weight", linear, {c.head_dim, d}, S::kWkv);
+  add("attn.kv_norm.weight", TensorKind::kVector, {c.head_dim}, S::kKvNorm);
+  add("attn.wo_a.weight", linear, {c.o_groups * c.o_lora_rank, q_dim / c.o_groups}, S::kWoA);
+  add("attn.wo_b.weight", linear, {d, c.o_groups * c.o_lora_rank}, S::kWoB);
+  add("attn.attn_sink", TensorKind::kVector, {c.num_heads}, S::kAttnSink);
   if (backbone) {
-    const LayerRole& role = c.roles[layer_id];
+    const LayerRole& role = c.roles[block];
     if (role.kv_source) {
-      add("attn.compressor.wkv.weight", TensorKind::kDenseMatrix, {c.head_dim, d});
-      if (role.compress_ratio > 1) add("attn.compressor.wgate.weight", TensorKind::kDenseMatrix, {c.head_dim, d});
-      add("attn.compressor.norm.weight", TensorKind::kVector, {c.head_dim});
-      add("attn.indexer.wk.weight", TensorKind::kDenseMatrix, {c.index_head_dim, c.head_dim});
-      add("attn.indexer.k_norm.weight", TensorKind::kVector, {c.index_head_dim});
+      add("attn.compressor.wkv.weight", TensorKind::kDenseMatrix, {c.head_dim, d}, S::kCompressorWkv);
+      if (role.compress_ratio > 1) {
+        add("attn.compressor.wgate.weight", TensorKind::kDenseMatrix, {c.head_dim, d}, S::kCompressorWgate);
+      }
+      add("attn.compressor.norm.weight", TensorKind::kVector, {c.head_dim}, S::kCompressorNorm);
+      add("attn.indexer.wk.weight", TensorKind::kDenseMatrix, {c.index_head_dim, c.head_dim}, S::kIndexerWk);
+      add("attn.indexer.k_norm.weight", TensorKind::kVector, {c.index_head_dim}, S::kIndexerKNorm);
     }
     if (role.index_source) {
-      add("attn.indexer.wq_b.weight", linear, {c.index_n_heads * c.index_head_dim, c.q_lora_rank});
-      add("attn.indexer.weights_proj.weight", TensorKind::kDenseMatrix, {c.index_n_heads, d});
+      add("attn.indexer.wq_b.weight", linear, {c.index_n_heads * c.index_head_dim, c.q_lora_rank}, S::kIndexerWqB);
+      add("attn.indexer.weights_proj.weight", TensorKind::kDenseMatrix, {c.index_n_heads, d}, S::kIndexerWeightsProj);
     }
     if (role.engram_index >= 0) {
       const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
       add("engram.embed.weight", TensorKind::kEngramTable,
-          {c.engram_num_embeddings[role.engram_index], c.engram_head_dim});
-      add("engram.wkv.weight", linear, {d * (c.hc_mult + 1), cols * c.engram_head_dim});
-      add("engram.q_weight", TensorKind::kDenseMatrix, {c.hc_mult, d});
-      add("engram.k_weight", TensorKind::kDenseMatrix, {c.hc_mult, d});
+          {c.engram_num_embeddings[role.engram_index], c.engram_head_dim}, S::kEngramTable);
+      add("engram.wkv.weight", linear, {d * (c.hc_mult + 1), cols * c.engram_head_dim}, S::kEngramWkv);
+      add("engram.q_weight", TensorKind::kDenseMatrix, {c.hc_mult, d}, S::kEngramQ);
+      add("engram.k_weight", TensorKind::kDenseMatrix, {c.hc_mult, d}, S::kEngramK);
     }
   }
   const int experts = backbone ? c.n_routed_experts : c.dspark_n_routed_experts;
   const TensorKind expert = c.expert_format() == WeightFormat::kFP4Row ? TensorKind::kFP4Matrix : linear;
   const int64_t inter = c.moe_intermediate_size;
-  add("ffn.gate.weight", TensorKind::kDenseMatrix, {experts, d});
-  add("ffn.gate.bias", TensorKind::kVector, {experts});
+  add("ffn.gate.weight", TensorKind::kDenseMatrix, {experts, d}, S::kGate);
+  add("ffn.gate.bias", TensorKind::kVector, {experts}, S::kGateBias);
   for (int e = 0; e < experts && go; ++e) {
     const std::string p = "ffn.experts." + std::to_string(e) + ".";
-    add(p + "w1.weight", expert, {inter, d});
-    add(p + "w2.weight", expert, {d, inter});
-    add(p + "w3.weight", expert, {inter, d});
+    add(p + "w1.weight", expert, {inter, d}, S::kExpertW1, e);
+    add(p + "w2.weight", expert, {d, inter}, S::kExpertW2, e);
+    add(p + "w3.weight", expert, {inter, d}, S::kExpertW3, e);
   }
-  add("ffn.shared_experts.w1.weight", linear, {inter, d});
-  add("ffn.shared_experts.w2.weight", linear, {d, inter});
-  add("ffn.shared_experts.w3.weight", linear, {inter, d});
+  add("ffn.shared_experts.w1.weight", linear, {inter, d}, S::kSharedW1);
+  add("ffn.shared_experts.w2.weight", linear, {d, inter}, S::kSharedW2);
+  add("ffn.shared_experts.w3.weight", linear, {inter, d}, S::kSharedW3);
   return go;
 }
 
@@ -195,6 +200,136 @@ class Binder {
   const Checkpoint& checkpoint_;
 };
 
+void BindGlobal(const Binder& b, const ExpectedTensor& t, ModelWeights& w) {
+  switch (t.slot) {
+    case TensorSlot::kEmbed:
+      w.embed = b.Matrix(t.name);
+      return;
+    case TensorSlot::kFinalNorm:
+      w.norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kHead:
+      w.head = b.Matrix(t.name);
+      return;
+    default:
+      DI_CHECK(false, "tensor ", t.name, " is outside every block but has a block slot");
+  }
+}
+
+// Puts one tensor of a backbone layer where the forward reads it. The inventory lists the Engram
+// table before the other Engram tensors, and q_weight before k_weight.
+void BindBlock(const Binder& b, const ExpectedTensor& t, LayerWeights& layer) {
+  AttentionWeights& a = layer.attn;
+  MoeWeights& f = layer.ffn;
+  auto matrix = [&](WeightMatrix& slot) {
+    slot = b.Matrix(t.name);
+    if (t.slot != TensorSlot::kExpertW1 && t.slot != TensorSlot::kExpertW2 && t.slot != TensorSlot::kExpertW3) {
+      layer.fixed_matrix_bytes += slot.bytes();
+    }
+  };
+  auto engram = [&]() -> EngramWeights& {
+    DI_CHECK(layer.engram.has_value(), "tensor ", t.name, " comes before its layer's Engram table");
+    return *layer.engram;
+  };
+  switch (t.slot) {
+    case TensorSlot::kAttnNorm:
+      layer.attn_norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kFfnNorm:
+      layer.ffn_norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kHcAttnFn:
+      return matrix(layer.hc_attn.fn);
+    case TensorSlot::kHcAttnBase:
+      layer.hc_attn.base = b.Vector(t.name);
+      return;
+    case TensorSlot::kHcAttnScale:
+      layer.hc_attn.scale = b.Vector(t.name);
+      return;
+    case TensorSlot::kHcFfnFn:
+      return matrix(layer.hc_ffn.fn);
+    case TensorSlot::kHcFfnBase:
+      layer.hc_ffn.base = b.Vector(t.name);
+      return;
+    case TensorSlot::kHcFfnScale:
+      layer.hc_ffn.scale = b.Vector(t.name);
+      return;
+    case TensorSlot::kWqA:
+      return matrix(a.wq_a);
+    case TensorSlot::kQNorm:
+      a.q_norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kWqB:
+      return matrix(a.wq_b);
+    case TensorSlot::kWkv:
+      return matrix(a.wkv);
+    case TensorSlot::kKvNorm:
+      a.kv_norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kWoA:
+      return matrix(a.wo_a);
+    case TensorSlot::kWoB:
+      return matrix(a.wo_b);
+    case TensorSlot::kAttnSink:
+      a.attn_sink = b.Vector(t.name);
+      return;
+    case TensorSlot::kCompressorWkv:
+      return matrix(a.compressor_wkv);
+    case TensorSlot::kCompressorWgate:
+      return matrix(a.compressor_wgate);
+    case TensorSlot::kCompressorNorm:
+      a.compressor_norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kIndexerWk:
+      return matrix(a.indexer_wk);
+    case TensorSlot::kIndexerKNorm:
+      a.indexer_k_norm = b.Vector(t.name);
+      return;
+    case TensorSlot::kIndexerWqB:
+      return matrix(a.indexer_wq_b);
+    case TensorSlot::kIndexerWeightsProj:
+      return matrix(a.indexer_weights_proj);
+    case TensorSlot::kEngramTable: {
+      const TensorInfo& table = b.Get(t.name);
+      layer.engram.emplace();
+      layer.engram->embed = {table.data, b.Get(ScaleName(t.name)).data, table.shape[0], table.shape[1]};
+      return;
+    }
+    case TensorSlot::kEngramWkv:
+      return matrix(engram().wkv);
+    case TensorSlot::kEngramQ:
+      engram().gate_weight = b.Vector(t.name);
+      return;
+    case TensorSlot::kEngramK: {
+      // The gate uses q_weight * k_weight only.
+      std::vector<float>& gate = engram().gate_weight;
+      const std::vector<float> k = b.Vector(t.name);
+      DI_CHECK(gate.size() == k.size(), "tensor ", t.name, " comes before its q_weight");
+      for (size_t j = 0; j < k.size(); ++j) gate[j] *= k[j];
+      return;
+    }
+    case TensorSlot::kGate:
+      return matrix(f.gate);
+    case TensorSlot::kGateBias:
+      f.gate_bias = b.Vector(t.name);
+      return;
+    case TensorSlot::kExpertW1:
+      return matrix(f.experts.at(static_cast<size_t>(t.expert)).w1);
+    case TensorSlot::kExpertW2:
+      return matrix(f.experts.at(static_cast<size_t>(t.expert)).w2);
+    case TensorSlot::kExpertW3:
+      return matrix(f.experts.at(static_cast<size_t>(t.expert)).w3);
+    case TensorSlot::kSharedW1:
+      return matrix(f.shared.w1);
+    case TensorSlot::kSharedW2:
+      return matrix(f.shared.w2);
+    case TensorSlot::kSharedW3:
+      return matrix(f.shared.w3);
+    default:
+      DI_CHECK(false, "tensor ", t.name, " of a backbone layer has a slot outside blocks");
+  }
+}
+
 }  // namespace
 
 std::string ScaleName(const std::string& weight_name) {
@@ -206,31 +341,43 @@ std::string ScaleName(const std::string& weight_name) {
 }
 
 void ForEachExpectedTensor(const ModelConfig& c, const std::function<bool(const ExpectedTensor&)>& visit) {
-  bool go = visit({"embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
+  using S = TensorSlot;
+  bool go = visit({"embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}, S::kEmbed});
   for (int i = 0; i < c.num_layers && go; ++i) go = VisitBlock(c, "layers." + std::to_string(i) + ".", i, true, visit);
   auto add = [&](ExpectedTensor t) {
     if (go) go = visit(t);
   };
-  add({"norm.weight", TensorKind::kVector, {c.hidden_size}});
-  add({"head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}});
+  add({"norm.weight", TensorKind::kVector, {c.hidden_size}, S::kFinalNorm});
+  add({"head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.hidden_size}, S::kHead});
   if (c.dspark_block_size > 0) {
     const TensorKind linear =
         c.linear_format() == WeightFormat::kFP8Block ? TensorKind::kFP8Matrix : TensorKind::kDenseMatrix;
     for (int k = 0; k < c.num_mtp_layers && go; ++k) {
       const std::string prefix = "mtp." + std::to_string(k) + ".";
-      go = VisitBlock(c, prefix, c.num_layers + k, false, visit);
+      const int block = c.num_layers + k;
+      go = VisitBlock(c, prefix, block, false, visit);
       if (k == 0) {
         const int64_t in = c.hidden_size * static_cast<int64_t>(c.dspark_target_layer_ids.size());
-        add({prefix + "main_proj.weight", linear, {c.hidden_size, in}});
-        add({prefix + "main_norm.weight", TensorKind::kVector, {c.hidden_size}});
+        add({prefix + "main_proj.weight", linear, {c.hidden_size, in}, S::kDSparkMainProj, block});
+        add({prefix + "main_norm.weight", TensorKind::kVector, {c.hidden_size}, S::kDSparkMainNorm, block});
       }
       if (k == c.num_mtp_layers - 1) {
-        add({prefix + "norm.weight", TensorKind::kVector, {c.hidden_size}});
-        add({prefix + "markov_head.embed.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
-        add({prefix + "markov_head.head.weight", TensorKind::kDenseMatrix, {c.vocab_size, c.dspark_markov_rank}});
+        add({prefix + "norm.weight", TensorKind::kVector, {c.hidden_size}, S::kDSparkNorm, block});
+        add({prefix + "markov_head.embed.weight",
+             TensorKind::kDenseMatrix,
+             {c.vocab_size, c.dspark_markov_rank},
+             S::kDSparkMarkovEmbed,
+             block});
+        add({prefix + "markov_head.head.weight",
+             TensorKind::kDenseMatrix,
+             {c.vocab_size, c.dspark_markov_rank},
+             S::kDSparkMarkovHead,
+             block});
         add({prefix + "confidence_head.proj.weight",
              TensorKind::kDenseMatrix,
-             {1, c.hidden_size + c.dspark_markov_rank}});
+             {1, c.hidden_size + c.dspark_markov_rank},
+             S::kDSparkConfidenceProj,
+             block});
       }
     }
   }
@@ -296,59 +443,17 @@ ModelWeights BindWeights(const ModelConfig& config, const Checkpoint& checkpoint
   }
   const Binder b(checkpoint);
   ModelWeights w;
-  w.embed = b.Matrix("embed.weight");
-  w.norm = b.Vector("norm.weight");
-  w.head = b.Matrix("head.weight");
-  for (int i = 0; i < config.num_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    const LayerRole& role = config.roles[i];
-    LayerWeights layer;
-    layer.attn_norm = b.Vector(p + "attn_norm.weight");
-    layer.ffn_norm = b.Vector(p + "ffn_norm.weight");
-    layer.hc_attn = {b.Matrix(p + "hc_attn_fn"), b.Vector(p + "hc_attn_base"), b.Vector(p + "hc_attn_scale")};
-    layer.hc_ffn = {b.Matrix(p + "hc_ffn_fn"), b.Vector(p + "hc_ffn_base"), b.Vector(p + "hc_ffn_scale")};
-    AttentionWeights& a = layer.attn;
-    a.wq_a = b.Matrix(p + "attn.wq_a.weight");
-    a.q_norm = b.Vector(p + "attn.q_norm.weight");
-    a.wq_b = b.Matrix(p + "attn.wq_b.weight");
-    a.wkv = b.Matrix(p + "attn.wkv.weight");
-    a.kv_norm = b.Vector(p + "attn.kv_norm.weight");
-    a.wo_a = b.Matrix(p + "attn.wo_a.weight");
-    a.wo_b = b.Matrix(p + "attn.wo_b.weight");
-    a.attn_sink = b.Vector(p + "attn.attn_sink");
-    if (role.kv_source) {
-      a.compressor_wkv = b.Matrix(p + "attn.compressor.wkv.weight");
-      if (role.compress_ratio > 1) a.compressor_wgate = b.Matrix(p + "attn.compressor.wgate.weight");
-      a.compressor_norm = b.Vector(p + "attn.compressor.norm.weight");
-      a.indexer_wk = b.Matrix(p + "attn.indexer.wk.weight");
-      a.indexer_k_norm = b.Vector(p + "attn.indexer.k_norm.weight");
+  w.layers.resize(static_cast<size_t>(config.num_layers));
+  for (LayerWeights& layer : w.layers) layer.ffn.experts.resize(static_cast<size_t>(config.n_routed_experts));
+  ForEachExpectedTensor(config, [&](const ExpectedTensor& t) {
+    if (t.block >= config.num_layers) return true;  // DSpark stages: checked above, not run
+    if (t.block < 0) {
+      BindGlobal(b, t, w);
+    } else {
+      BindBlock(b, t, w.layers[static_cast<size_t>(t.block)]);
     }
-    if (role.index_source) {
-      a.indexer_wq_b = b.Matrix(p + "attn.indexer.wq_b.weight");
-      a.indexer_weights_proj = b.Matrix(p + "attn.indexer.weights_proj.weight");
-    }
-    if (role.engram_index >= 0) {
-      EngramWeights e;
-      const TensorInfo& table = b.Get(p + "engram.embed.weight");
-      e.embed = {table.data, b.Get(p + "engram.embed.scale").data, table.shape[0], table.shape[1]};
-      e.wkv = b.Matrix(p + "engram.wkv.weight");
-      const std::vector<float> q = b.Vector(p + "engram.q_weight");
-      const std::vector<float> k = b.Vector(p + "engram.k_weight");
-      e.gate_weight.resize(q.size());
-      for (size_t j = 0; j < q.size(); ++j) e.gate_weight[j] = q[j] * k[j];
-      layer.engram = std::move(e);
-    }
-    MoeWeights& f = layer.ffn;
-    f.gate = b.Matrix(p + "ffn.gate.weight");
-    f.gate_bias = b.Vector(p + "ffn.gate.bias");
-    for (int e = 0; e < config.n_routed_experts; ++e) {
-      const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-      f.experts.push_back({b.Matrix(ep + "w1.weight"), b.Matrix(ep + "w2.weight"), b.Matrix(ep + "w3.weight")});
-    }
-    f.shared = {b.Matrix(p + "ffn.shared_experts.w1.weight"), b.Matrix(p + "ffn.shared_experts.w2.weight"),
-                b.Matrix(p + "ffn.shared_experts.w3.weight")};
-    w.layers.push_back(std::move(layer));
-  }
+    return true;
+  });
   return w;
 }
 

@@ -1,11 +1,15 @@
 // The V4.1 tensor inventory and its binding to a checkpoint.
 //
-// ForEachExpectedTensor walks every tensor the config implies, in one place, so loading,
-// validation and `deepinfer inspect` all agree. BindWeights checks each one (present, dtype,
-// shape, and for quantized weights the sibling `.scale`) and reports every problem in one
-// Error; matrices stay in the mapping, small vectors are copied to fp32.
+// ForEachExpectedTensor is the one source of truth of the released checkpoint's tensor names,
+// shapes and storage kinds: CheckTensors (and so `deepinfer inspect`) checks the checkpoint
+// against it, BindWeights binds every backbone tensor by the slot it names, and the random
+// checkpoint generator (model/random_checkpoint.h) writes it. Nothing else spells a tensor name.
+// BindWeights checks each one (present, dtype, shape, and for quantized weights the sibling
+// `.scale`) and reports every problem in one Error; matrices stay in the mapping, small vectors
+// are copied to fp32.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -28,10 +32,64 @@ enum class TensorKind {
   kEngramTable,  // F8_E4M3 [rows, dim] + .scale F8_E8M0 [rows, dim/32]
 };
 
+// What a tensor is in the model: where BindWeights puts it, and what the generator fills it with.
+// Block slots occur in every backbone layer and DSpark stage; the DSpark ones only in stages.
+enum class TensorSlot {
+  kEmbed,
+  kFinalNorm,
+  kHead,
+  // One block.
+  kAttnNorm,
+  kFfnNorm,
+  kHcAttnFn,
+  kHcAttnBase,
+  kHcAttnScale,
+  kHcFfnFn,
+  kHcFfnBase,
+  kHcFfnScale,
+  kWqA,
+  kQNorm,
+  kWqB,
+  kWkv,
+  kKvNorm,
+  kWoA,
+  kWoB,
+  kAttnSink,
+  kCompressorWkv,    // KV sources
+  kCompressorWgate,  // KV sources with compress_ratio > 1
+  kCompressorNorm,
+  kIndexerWk,
+  kIndexerKNorm,
+  kIndexerWqB,  // index sources
+  kIndexerWeightsProj,
+  kEngramTable,  // Engram layers
+  kEngramWkv,
+  kEngramQ,
+  kEngramK,
+  kGate,
+  kGateBias,
+  kExpertW1,  // routed expert `expert`
+  kExpertW2,
+  kExpertW3,
+  kSharedW1,
+  kSharedW2,
+  kSharedW3,
+  // DSpark stages only (checked, not bound: the backbone does not run them).
+  kDSparkMainProj,
+  kDSparkMainNorm,
+  kDSparkNorm,
+  kDSparkMarkovEmbed,
+  kDSparkMarkovHead,
+  kDSparkConfidenceProj,
+};
+
 struct ExpectedTensor {
   std::string name;  // e.g. "layers.3.attn.wq_a.weight"; the scale is name minus ".weight" plus ".scale"
   TensorKind kind;
   std::vector<int64_t> shape;  // logical shape (FP4: unpacked columns)
+  TensorSlot slot;
+  int block = -1;   // backbone layer (0..num_layers-1), num_layers + k for DSpark stage k, -1 outside blocks
+  int expert = -1;  // routed expert index (kExpertW*), else -1
 };
 
 // Calls visit on each expected tensor in order until it returns false.
@@ -88,6 +146,7 @@ struct LayerWeights {
   AttentionWeights attn;
   MoeWeights ffn;
   std::optional<EngramWeights> engram;
+  uint64_t fixed_matrix_bytes = 0;  // every matrix but the routed experts: what each step reads in full
 };
 
 struct ModelWeights {

@@ -666,6 +666,28 @@ TEST(ModelConfigTest, ShapeChecks) {
   }
 }
 
+// Only sqrtsoftplus routing is computed: the reference's other scoring functions are refused at
+// load, not silently run as sqrtsoftplus.
+TEST(ModelConfigTest, ScoringFunctionsOtherThanSqrtSoftplusAreRejected) {
+  for (const char* func : {"softmax", "sigmoid"}) {
+    Json json = HfJson();
+    json["text_config"]["scoring_func"] = func;
+    EXPECT_EQ(ParseError(json), std::string("config.json: text_config.scoring_func: \"") + func +
+                                    "\" routing is not implemented; deepinfer supports only \"sqrtsoftplus\" "
+                                    "(DeepSeek-V4.1's)");
+  }
+  Json json = HfJson();
+  json["text_config"]["scoring_func"] = "relu";
+  EXPECT_EQ(ParseError(json),
+            "config.json: text_config.scoring_func: \"relu\" is not a scoring function; deepinfer supports only "
+            "\"sqrtsoftplus\" (DeepSeek-V4.1's) (the reference also defines \"softmax\" and \"sigmoid\")");
+  Json flat = FlatJson();
+  flat["score_func"] = "softmax";
+  EXPECT_EQ(ParseError(flat),
+            "config.json: score_func: \"softmax\" routing is not implemented; deepinfer supports only "
+            "\"sqrtsoftplus\" (DeepSeek-V4.1's)");
+}
+
 TEST(ModelConfigTest, EngramListsMustAgree) {
   Json json = HfJson();
   json["text_config"]["engram_num_embeddings"] = {384006168};

@@ -1,9 +1,10 @@
-// `deepinfer make-model`: a random slice with the real V4.1-Flash dimensions loads with
+// model/random_checkpoint: a random slice with the real V4.1-Flash dimensions loads with
 // Model::Load and runs a finite prefill and decode; its config follows the documented layer
-// rule; bad arguments are reported.
+// rule; bad options are reported.
+#include "model/random_checkpoint.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,10 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/make_model_command.h"
-#include "core/error.h"
+#include "chat/chat_tokens.h"
 #include "core/thread_pool.h"
+#include "error_of.h"
 #include "io/model_config.h"
+#include "model/checkpoint_builder.h"
 #include "model/cpu_forward.h"
 #include "model/model.h"
 
@@ -22,24 +24,8 @@ namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
+using deepinfer::testing::ScratchDir;
 using ::testing::HasSubstr;
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "deepinfer_make_model_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void ExpectFinite(const std::vector<float>& logits, const char* what) {
   ASSERT_FALSE(logits.empty()) << what;
@@ -56,13 +42,42 @@ void ExpectFinite(const std::vector<float>& logits, const char* what) {
   EXPECT_LT(std, 20.0) << what;
 }
 
+constexpr const char* kProjectTokenizer = DEEPINFER_SOURCE_DIR "/data/tokenizer/tokenizer.json";
+
+// The project tokenizer, read once.
+const TokenizerFacts& ProjectTokenizer() {
+  static const TokenizerFacts facts = ReadTokenizerFacts(kProjectTokenizer, chat_tokens::kImagePlaceholder);
+  return facts;
+}
+
+RandomCheckpointOptions Options(const std::string& preset, int layers, int experts, const std::string& out) {
+  RandomCheckpointOptions o;
+  o.preset = preset;
+  o.layers = layers;
+  o.experts = experts;
+  o.out = out;
+  o.threads = 2;
+  return o;
+}
+
+// Writes a checkpoint as make-model does, with the project tokenizer.
+RandomCheckpointResult Write(RandomCheckpointOptions options) {
+  options.tokenizer = kProjectTokenizer;
+  return WriteRandomCheckpoint(options, ProjectTokenizer());
+}
+
+std::string WriteError(const RandomCheckpointOptions& options) {
+  return ErrorOf([&] { Write(options); });
+}
+
 // Four layers at the real dimensions (~1.5 GB of weights with 8 experts and a 1024 vocab).
-TEST(MakeModel, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
+TEST(RandomCheckpoint, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
   ScratchDir scratch;
   const std::string dir = (scratch.path() / "slice").string();
-  ASSERT_EQ(RunMakeModelCommand({"--preset", "v41-flash-slice", "--layers", "4", "--experts", "8", "--vocab", "1024",
-                                 "--seed", "3", "--threads", "2", "--out", dir}),
-            0);
+  RandomCheckpointOptions options = Options("v41-flash-slice", 4, 8, dir);
+  options.vocab = 1024;
+  options.seed = 3;
+  Write(options);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
 
@@ -110,26 +125,11 @@ TEST(MakeModel, RealDimensionSliceLoadsAndRunsPrefillAndDecode) {
   EXPECT_EQ(state.length(), static_cast<int64_t>(prompt.size()) + 2);
 }
 
-// The project tokenizer, read once.
-const TokenizerFacts& ProjectTokenizer() {
-  static const TokenizerFacts facts = ReadTokenizerFacts(DEEPINFER_SOURCE_DIR "/data/tokenizer/tokenizer.json");
-  return facts;
-}
-
-std::string ArgError(const std::vector<std::string>& args) {
-  try {
-    RunMakeModelCommand(args);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // The tiny preset: tiny-a's dimensions with the tokenizer's whole vocabulary, so chat text runs.
-TEST(MakeModel, TinyPresetCoversTheTokenizerAndRuns) {
+TEST(RandomCheckpoint, TinyPresetCoversTheTokenizerAndRuns) {
   ScratchDir scratch;
   const std::string dir = (scratch.path() / "tiny").string();
-  ASSERT_EQ(RunMakeModelCommand({"--preset", "tiny", "--out", dir, "--threads", "2"}), 0);
+  Write(WithPresetDefaults(Options("tiny", 0, 0, dir)));
   const std::unique_ptr<Model> model = Model::Load(dir);
   const ModelConfig& c = model->config();
   EXPECT_EQ(c.vocab_size, ProjectTokenizer().size);
@@ -148,21 +148,15 @@ TEST(MakeModel, TinyPresetCoversTheTokenizerAndRuns) {
   ExpectFinite(CpuForward(*model, {&prefill, 1}, pool), "tiny prefill");
 
   // A smaller vocabulary is allowed; one beyond the tokenizer is not.
-  EXPECT_THAT(ArgError({"--preset", "tiny", "--out", (scratch.path() / "big").string(), "--vocab", "200000"}),
-              HasSubstr("--vocab: expected 3..129280"));
+  RandomCheckpointOptions big = WithPresetDefaults(Options("tiny", 0, 0, (scratch.path() / "big").string()));
+  big.vocab = 200000;
+  EXPECT_THAT(WriteError(big), HasSubstr("--vocab: expected 3..129280"));
 }
 
-MakeModelOptions Slice(int layers) {
-  MakeModelOptions o;
-  o.preset = "v41-flash-slice";
-  o.layers = layers;
-  o.experts = 16;
-  o.out = "unused";
-  return o;
-}
+RandomCheckpointOptions Slice(int layers) { return Options("v41-flash-slice", layers, 16, "unused"); }
 
 // The documented rule, through the config parser's own role derivation.
-TEST(MakeModel, LayerScheduleFollowsTheDocumentedRule) {
+TEST(RandomCheckpoint, LayerScheduleFollowsTheDocumentedRule) {
   struct Case {
     int layers;
     std::vector<int> ratios, kv, index, engram;
@@ -179,7 +173,7 @@ TEST(MakeModel, LayerScheduleFollowsTheDocumentedRule) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE("layers = " + std::to_string(k.layers));
-    const ModelConfig c = ParseModelConfig(MakeModelConfigJson(Slice(k.layers), ProjectTokenizer()), "test");
+    const ModelConfig c = ParseModelConfig(RandomCheckpointConfigJson(Slice(k.layers), ProjectTokenizer()), "test");
     EXPECT_EQ(c.compress_ratios, k.ratios);
     EXPECT_EQ(c.kv_source_layers, k.kv);
     EXPECT_EQ(c.index_source_layers, k.index);
@@ -188,12 +182,12 @@ TEST(MakeModel, LayerScheduleFollowsTheDocumentedRule) {
     for (const int layer : k.index) EXPECT_EQ(c.roles[layer].uses_candidates, layer > k.candidates);
   }
   // All 40 layers validate too (the released backbone length).
-  EXPECT_NO_THROW(ParseModelConfig(MakeModelConfigJson(Slice(40), ProjectTokenizer()), "test"));
+  EXPECT_NO_THROW(ParseModelConfig(RandomCheckpointConfigJson(Slice(40), ProjectTokenizer()), "test"));
 }
 
-TEST(MakeModel, EngramTablesHoldEveryHashBucket) {
+TEST(RandomCheckpoint, EngramTablesHoldEveryHashBucket) {
   // Default: engram_vocab_size 4000, rows = each layer's exact prime sum.
-  const ModelConfig c = ParseModelConfig(MakeModelConfigJson(Slice(6), ProjectTokenizer()), "test");
+  const ModelConfig c = ParseModelConfig(RandomCheckpointConfigJson(Slice(6), ProjectTokenizer()), "test");
   EXPECT_EQ(c.engram_vocab_size, 4000);
   ASSERT_EQ(c.engram_num_embeddings.size(), 2u);
   EXPECT_EQ(c.engram_num_embeddings, EngramPrimeSums(4000, 2, 8));
@@ -201,50 +195,27 @@ TEST(MakeModel, EngramTablesHoldEveryHashBucket) {
   EXPECT_GT(c.engram_num_embeddings[0], 24 * 4000);
 
   // --engram-rows R: both tables R rows, the largest engram_vocab_size whose sums fit.
-  MakeModelOptions o = Slice(6);
+  RandomCheckpointOptions o = Slice(6);
   o.engram_rows = 50000;
-  const ModelConfig r = ParseModelConfig(MakeModelConfigJson(o, ProjectTokenizer()), "test");
+  const ModelConfig r = ParseModelConfig(RandomCheckpointConfigJson(o, ProjectTokenizer()), "test");
   EXPECT_EQ(r.engram_num_embeddings, (std::vector<int64_t>{50000, 50000}));
   EXPECT_LE(EngramPrimeSums(r.engram_vocab_size, 2, 8).back(), 50000);
   EXPECT_GT(EngramPrimeSums(r.engram_vocab_size + 1, 2, 8).back(), 50000);
 
   o.engram_rows = 100;
-  try {
-    (void)MakeModelConfigJson(o, ProjectTokenizer());
-    ADD_FAILURE() << "expected an error for too few Engram rows";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("--engram-rows"));
-    EXPECT_THAT(e.what(), HasSubstr("at least"));
-  }
+  const std::string error = ErrorOf([&] { (void)RandomCheckpointConfigJson(o, ProjectTokenizer()); });
+  EXPECT_THAT(error, HasSubstr("--engram-rows"));
+  EXPECT_THAT(error, HasSubstr("at least"));
 }
 
-TEST(MakeModel, ArgumentErrorsAreReported) {
-  const std::vector<std::string> base = {"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8"};
-  EXPECT_THAT(ArgError(base), HasSubstr("--out DIR is required"));
-  EXPECT_THAT(ArgError({"--preset", "v4-pro", "--layers", "2", "--experts", "8", "--out", "x"}),
+TEST(RandomCheckpoint, OptionErrorsAreReported) {
+  EXPECT_THAT(WriteError(Options("v41-flash-slice", 2, 8, "")), HasSubstr("--out DIR is required"));
+  EXPECT_THAT(WriteError(Options("v4-pro", 2, 8, "x")),
               HasSubstr("--preset: unknown preset 'v4-pro' (available: v41-flash-slice, tiny)"));
-  EXPECT_THAT(ArgError({"--layers", "2", "--experts", "8", "--out", "x"}), HasSubstr("--preset is required"));
-  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--experts", "8", "--out", "x"}),
-              HasSubstr("--layers is required"));
-  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "2", "--experts", "5", "--out", "x"}),
-              HasSubstr("--experts: expected 6..384"));
-  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "41", "--experts", "8", "--out", "x"}),
-              HasSubstr("--layers: expected 1..40"));
-  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--layers", "two"}),
-              HasSubstr("--layers: expected an integer, got 'two'"));
+  EXPECT_THAT(WriteError(Options("v41-flash-slice", 41, 8, "x")), HasSubstr("--layers: expected 1..40"));
   EXPECT_THAT(
-      ArgError({"--preset", "v41-flash-slice", "--layers", "2", "--experts", "8", "--out", "x", "--vocab", "200000"}),
-      HasSubstr("--vocab: expected 3..129280"));
-  EXPECT_THAT(ArgError({"--preset", "v41-flash-slice", "--bogus", "1"}), HasSubstr("unknown argument '--bogus'"));
-  EXPECT_THAT(ArgError({"--preset"}), HasSubstr("--preset: missing value NAME"));
-
-  // The output folder must be new or empty: nothing of an existing model is overwritten.
-  ScratchDir scratch;
-  std::ofstream(scratch.path() / "config.json") << "{}";
-  std::vector<std::string> args = base;
-  args.insert(args.end(), {"--out", scratch.path().string()});
-  EXPECT_THAT(ArgError(args), HasSubstr("not empty"));
-  EXPECT_EQ(RunMakeModelCommand({"--help"}), 0);
+      ErrorOf([] { WriteRandomCheckpoint(WithPresetDefaults(Options("tiny", 0, 0, "x")), ProjectTokenizer()); }),
+      HasSubstr("the tokenizer.json to copy into x is required"));
 }
 
 }  // namespace
