@@ -163,8 +163,9 @@ void SequenceState::CommitAppend(int64_t tokens, std::span<const int32_t> engram
 }
 
 void SequenceState::AdoptEngramHistory(std::span<const int32_t> history) {
-  DI_CHECK(length_ == full_blocks() * layout_->block_tokens && adopted_,
-           "Engram history can only be adopted with cached blocks, before the first forward");
+  DI_CHECK(length_ == 0 || adopted_,
+           "Engram history can only be adopted with cached blocks (or none), before the "
+           "first forward");
   engram_recent_.assign(history.begin(), history.end());
 }
 

@@ -79,7 +79,8 @@ class SequenceState {
   // (window pages may be null where the window no longer reaches). Engram history is the
   // caller's (AdoptEngramHistory).
   void AdoptBlocks(int64_t blocks, std::span<const PageRef> window_pages, std::span<const PageRef> compressed_pages);
-  // The Engram look-back of the adopted tokens (Model::EngramHistory), right after AdoptBlocks.
+  // The Engram look-back of the adopted tokens (Model::EngramHistory), right after AdoptBlocks
+  // (or on a fresh state, where a miss adopted nothing).
   void AdoptEngramHistory(std::span<const int32_t> history);
 
  private:
