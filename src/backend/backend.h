@@ -87,6 +87,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual Workspace& workspace() = 0;
+  // Memory the backend keeps between forwards (its workspace and its kernels' scratch): bounded
+  // by the largest step it has run.
+  virtual uint64_t held_bytes() const = 0;
 
   // ---- linear -------------------------------------------------------------------------------
   // y [m, w.rows] = x [m, w.cols] W^T under `numerics`.

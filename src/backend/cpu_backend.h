@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   Workspace& workspace() override { return workspace_; }
+  uint64_t held_bytes() const override { return workspace_.held_bytes() + scratch_.held_bytes(); }
   const CpuContext& cpu() const { return cpu_; }
 
   void Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) override;

@@ -16,4 +16,12 @@ void* ThreadScratch::Buffer(int thread, int slot, size_t bytes) {
   return reinterpret_cast<void*>((base + 63) / 64 * 64);
 }
 
+uint64_t ThreadScratch::held_bytes() const {
+  uint64_t total = 0;
+  for (const ThreadSlots& thread : slots_) {
+    for (const Slot& slot : thread.slot) total += slot.bytes;
+  }
+  return total;
+}
+
 }  // namespace deepinfer

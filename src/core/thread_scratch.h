@@ -22,6 +22,7 @@ class ThreadScratch {
   explicit ThreadScratch(int threads) : slots_(static_cast<size_t>(threads)) {}
 
   int threads() const { return static_cast<int>(slots_.size()); }
+  uint64_t held_bytes() const;
   // At least `bytes`, 64-byte aligned, contents undefined.
   void* Buffer(int thread, int slot, size_t bytes);
   template <class T>

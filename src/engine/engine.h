@@ -101,8 +101,9 @@ struct EngineStats {
   size_t running = 0;
   size_t waiting = 0;
   uint64_t kv_budget_bytes = 0;
-  uint64_t kv_held_bytes = 0;  // pool memory now (pages in use, cached and kept free)
-  uint64_t kv_peak_bytes = 0;  // the most the pool ever held
+  uint64_t kv_held_bytes = 0;       // pool memory now (pages in use, cached and kept free)
+  uint64_t backend_held_bytes = 0;  // the backend's workspace and scratch (Backend::held_bytes)
+  uint64_t kv_peak_bytes = 0;       // the most the pool ever held
   uint64_t kv_in_use_bytes = 0;
   uint64_t kv_pages_in_use = 0;  // referenced by a request or the prefix cache
   size_t prefix_cached_blocks = 0;

@@ -42,9 +42,9 @@ uint64_t WeightMatrix::bytes() const {
     case MatrixFormat::kF32:
       return rows * cols * 4;
     case MatrixFormat::kFP8Block32:
-      return rows * cols + ((rows + kQuantBlock - 1) / kQuantBlock) * scale_cols();
+      return rows * cols + scale_rows() * scale_cols();
     case MatrixFormat::kFP4Row32:
-      return rows * cols / 2 + rows * scale_cols();
+      return rows * cols / 2 + scale_rows() * scale_cols();
   }
   return 0;
 }
@@ -61,14 +61,16 @@ WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
       slice.data = data + begin * cols * 4;
       break;
     case MatrixFormat::kFP8Block32:
-      DI_CHECK(begin % kQuantBlock == 0, "FP8 row slice must start on a 32-row block, got ", begin);
       slice.data = data + begin * cols;
-      slice.scales = scales + (begin / kQuantBlock) * scale_cols();
       break;
     case MatrixFormat::kFP4Row32:
       slice.data = data + begin * (cols / 2);
-      slice.scales = scales + begin * scale_cols();
       break;
+  }
+  if (quantized()) {
+    DI_CHECK(begin % scale_block().rows == 0, "row slice of a quantized matrix must start on a ", scale_block().rows,
+             "-row scale block, got ", begin);
+    slice.scales = scales + (begin / scale_block().rows) * scale_cols();
   }
   return slice;
 }
@@ -76,7 +78,7 @@ WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
 void WeightMatrix::DequantizedRow(int64_t row, float* out) const {
   UnscaledRow(row, out);
   if (!quantized()) return;
-  for (int64_t c = 0; c < cols; ++c) out[c] *= BlockScale(row, c / kQuantBlock);
+  for (int64_t c = 0; c < cols; ++c) out[c] *= BlockScale(row, c / scale_block().cols);
 }
 
 }  // namespace deepinfer

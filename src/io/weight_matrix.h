@@ -15,7 +15,28 @@ namespace deepinfer {
 
 enum class MatrixFormat { kBF16, kF32, kFP8Block32, kFP4Row32 };
 
-inline constexpr int64_t kQuantBlock = 32;  // V4.1: weight blocks, activation blocks and FP4 groups
+// The scale grid of a format: one ue8m0 scale per `rows` x `cols` weights; {0, 0} for the
+// unscaled formats. The one place a format's block size is stated (V4's FP8 would be 128 x 128).
+struct ScaleBlock {
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+constexpr ScaleBlock ScaleBlockOf(MatrixFormat format) {
+  switch (format) {
+    case MatrixFormat::kFP8Block32:
+      return {32, 32};
+    case MatrixFormat::kFP4Row32:
+      return {1, 32};
+    default:
+      return {0, 0};
+  }
+}
+
+// The 32-wide K blocks of V4.1's FP8/FP4 GEMMs: the activation quantization block (act_quant's
+// block_size), which the quantized formats' column blocks equal, and the Engram tables' groups.
+inline constexpr int64_t kQuantBlock = 32;
+static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
+              ScaleBlockOf(MatrixFormat::kFP4Row32).cols == kQuantBlock);
 
 struct WeightMatrix {
   MatrixFormat format = MatrixFormat::kBF16;
@@ -28,22 +49,20 @@ struct WeightMatrix {
   bool quantized() const { return format == MatrixFormat::kFP8Block32 || format == MatrixFormat::kFP4Row32; }
   // Bytes of the payload plus its scales.
   uint64_t bytes() const;
-  int64_t scale_cols() const { return (cols + kQuantBlock - 1) / kQuantBlock; }
+  ScaleBlock scale_block() const { return ScaleBlockOf(format); }
+  // The scale grid, [scale_rows, scale_cols] (0 x 0 for unquantized formats).
+  int64_t scale_rows() const { return quantized() ? (rows + scale_block().rows - 1) / scale_block().rows : 0; }
+  int64_t scale_cols() const { return quantized() ? (cols + scale_block().cols - 1) / scale_block().cols : 0; }
 
-  // Power-of-two scale of the block holding (row, col); 1 for unquantized formats.
+  // Power-of-two scale of the block holding (row, col_block * scale_block().cols); 1 for
+  // unquantized formats.
   float BlockScale(int64_t row, int64_t col_block) const {
-    switch (format) {
-      case MatrixFormat::kFP8Block32:
-        return UE8M0ToFloat(scales[(row / kQuantBlock) * scale_cols() + col_block]);
-      case MatrixFormat::kFP4Row32:
-        return UE8M0ToFloat(scales[row * scale_cols() + col_block]);
-      default:
-        return 1.0f;
-    }
+    if (!quantized()) return 1.0f;
+    return UE8M0ToFloat(scales[(row / scale_block().rows) * scale_cols() + col_block]);
   }
 
-  // Rows [begin, begin + count) as a matrix of their own; quantized formats need
-  // `begin` on a 32-row block boundary (FP8) so the scales stay aligned.
+  // Rows [begin, begin + count) as a matrix of their own; `begin` must sit on a scale-block row
+  // boundary so the scales stay aligned.
   WeightMatrix RowSlice(int64_t begin, int64_t count) const;
 
   // The row's elements without block scales: e4m3/e2m1 code values for quantized formats,

@@ -8,44 +8,80 @@
 
 namespace deepinfer {
 
+// The tensors of one attention call.
+struct Model::AttentionRows {
+  Tensor qr_normed;     // [rows, q_lora_rank]
+  Tensor q;             // [rows, heads, head_dim], RoPE'd
+  Tensor kv_codes;      // [rows, head_dim] e4m3: the window entries of this call ...
+  Tensor kv_exponents;  // [rows, head_dim / 32] ue8m0
+  Tensor kv;            // ... and their decoded values, what the queries attend
+  Tensor o;             // [rows, heads, head_dim]
+};
+
 void Model::Attention(int layer, const Batch& batch, const Tensor& x, const Tensor& out, SharedIndex& shared,
                       const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
-  const AttentionWeights& w = weights_.layers[layer].attn;
   const LayerRole& role = c.roles[layer];
-  const RopeTable& rope = RopeFor(role.compress_ratio);
+  const Workspace::Scope scratch(ctx.backend.workspace());
+  const AttentionRows a = ProjectQueryAndKv(layer, batch, x, ctx);
+  if (role.compress_ratio > 0 && role.kv_source) CompressKv(layer, batch, x, ctx);
+  if (role.compress_ratio > 0 && role.index_source) SelectCompressed(layer, batch, x, a.qr_normed, shared, ctx);
+  std::span<const float*> entries;
+  std::span<int64_t> row_begin;
+  GatherEntries(layer, batch, a.kv, shared, ctx, entries, row_begin);
+  const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  ctx.backend.SparseAttention(a.q, c.num_heads, entries, row_begin, weights_.layers[layer].attn.attn_sink,
+                              softmax_scale, a.o);
+  ProjectOutput(layer, batch, a.o, out, ctx);
+  StoreWindow(layer, batch, a, ctx);
+}
+
+// Q: wq_a -> q_norm -> wq_b, RoPE on each head's trailing rope dims. K = V: wkv -> kv_norm ->
+// RoPE -> FP8 with ue8m0 scales per 32 over the whole vector (the window-cache format), and
+// its decoded (QDQ'd) values.
+Model::AttentionRows Model::ProjectQueryAndKv(int layer, const Batch& batch, const Tensor& x,
+                                              const ComputeContext& ctx) const {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const RopeTable& rope = RopeFor(c.roles[layer].compress_ratio);
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
-  const Workspace::Scope scratch(workspace);
   const int64_t rows = batch.size();
-  const int heads = c.num_heads;
   const int64_t head_dim = c.head_dim;
   const float eps = static_cast<float>(c.norm_eps);
-  const int window = c.window_size;
-
-  // Q: wq_a -> q_norm -> wq_b, RoPE on each head's trailing rope dims.
+  AttentionRows a;
+  a.qr_normed = workspace.Take<float>({rows, c.q_lora_rank});
+  a.q = workspace.Take<float>({rows, c.num_heads, head_dim});
+  a.kv_codes = workspace.Take<uint8_t>({rows, head_dim});
+  a.kv_exponents = workspace.Take<uint8_t>({rows, head_dim / kWindowEntryBlock});
+  a.kv = workspace.Take<float>({rows, head_dim});
+  a.o = workspace.Take<float>({rows, c.num_heads, head_dim});
+  const Workspace::Scope scratch(workspace);
   const Tensor qr = workspace.Take<float>({rows, c.q_lora_rank});
-  const Tensor qr_normed = workspace.Take<float>({rows, c.q_lora_rank});
-  const Tensor q = workspace.Take<float>({rows, heads, head_dim});
   backend.Linear(w.wq_a, x, qr, LinearNumerics::kCheckpoint);
-  backend.RmsNorm(qr, w.q_norm, eps, qr_normed);
-  backend.Linear(w.wq_b, qr_normed, q, LinearNumerics::kCheckpoint);
-  backend.Rope(q, heads, rope, batch.positions, /*inverse=*/false);
+  backend.RmsNorm(qr, w.q_norm, eps, a.qr_normed);
+  backend.Linear(w.wq_b, a.qr_normed, a.q, LinearNumerics::kCheckpoint);
+  backend.Rope(a.q, c.num_heads, rope, batch.positions, /*inverse=*/false);
 
-  // K = V: wkv -> kv_norm -> RoPE -> FP8 with ue8m0 scales per 32 over the whole vector: the
-  // window-cache format. `kv` holds the decoded (QDQ'd) values the attention uses.
   const Tensor kv_raw = workspace.Take<float>({rows, head_dim});
   const Tensor kv_rotated = workspace.Take<float>({rows, head_dim});
-  const Tensor kv_codes = workspace.Take<uint8_t>({rows, head_dim});
-  const Tensor kv_exponents = workspace.Take<uint8_t>({rows, head_dim / kWindowEntryBlock});
-  const Tensor kv = workspace.Take<float>({rows, head_dim});
   backend.Linear(w.wkv, x, kv_raw, LinearNumerics::kCheckpoint);
   backend.RmsNorm(kv_raw, w.kv_norm, eps, kv_rotated);
   backend.Rope(kv_rotated, 1, rope, batch.positions, /*inverse=*/false);
-  backend.EncodeWindowRows(kv_rotated, kv_codes, kv_exponents, kv);
+  backend.EncodeWindowRows(kv_rotated, a.kv_codes, a.kv_exponents, a.kv);
+  return a;
+}
 
-  if (role.compress_ratio > 0) CompressAndIndex(layer, batch, x, qr_normed, shared, ctx);
-
+void Model::GatherEntries(int layer, const Batch& batch, const Tensor& kv, SharedIndex& shared,
+                          const ComputeContext& ctx, std::span<const float*>& entries,
+                          std::span<int64_t>& row_begin) const {
+  const ModelConfig& c = config_;
+  const LayerRole& role = c.roles[layer];
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();  // the entries live until the attention's scope ends
+  const int64_t rows = batch.size();
+  const int64_t head_dim = c.head_dim;
+  const int window = c.window_size;
   // The window slots each sequence cached before this call, decoded once (slot pos % window).
   const int items = batch.item_count();
   std::span<Tensor> cached_window = workspace.TakeArray<Tensor>(items);
@@ -86,12 +122,12 @@ void Model::Attention(int layer, const Batch& batch, const Tensor& x, const Tens
 
   // Each query attends over its window (oldest first, the reference's decode layout) and
   // the compressed entries its index source picked.
-  std::span<int64_t> row_begin = workspace.TakeArray<int64_t>(rows + 1);
+  row_begin = workspace.TakeArray<int64_t>(rows + 1);
   row_begin[0] = 0;
   for (int64_t r = 0; r < rows; ++r) {
     row_begin[r + 1] = row_begin[r] + window + (role.compress_ratio > 0 ? shared.topk_count[r] : 0);
   }
-  std::span<const float*> entries = workspace.TakeArray<const float*>(row_begin[rows]);
+  entries = workspace.TakeArray<const float*>(row_begin[rows]);
   for (int64_t r = 0; r < rows; ++r) {
     const int item = batch.item_of[r];
     const int64_t position = batch.positions[r];
@@ -112,28 +148,41 @@ void Model::Attention(int layer, const Batch& batch, const Tensor& x, const Tens
       for (int32_t k = 0; k < shared.topk_count[r]; ++k) *entry++ = view.rows.row<float>(view.slot[topk[k]]);
     }
   }
-  const Tensor o = workspace.Take<float>({rows, heads, head_dim});
-  const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  backend.SparseAttention(q, heads, entries, row_begin, w.attn_sink, softmax_scale, o);
-  backend.Rope(o, heads, rope, batch.positions, /*inverse=*/true);
+}
 
-  // Grouped wo_a (block-diagonal over o_groups; its FP8 blocks decoded to their exact bf16 values,
-  // bf16 activations, no act quant: the reference converts wo_a to bf16), then wo_b.
+// Inverse RoPE on each head, then the grouped wo_a (block-diagonal over o_groups; its FP8 blocks
+// decoded to their exact bf16 values, bf16 activations, no act quant: the reference converts
+// wo_a to bf16), then wo_b.
+void Model::ProjectOutput(int layer, const Batch& batch, const Tensor& o, const Tensor& out,
+                          const ComputeContext& ctx) const {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope scratch(workspace);
+  const int64_t rows = batch.size();
+  backend.Rope(o, c.num_heads, RopeFor(c.roles[layer].compress_ratio), batch.positions, /*inverse=*/true);
   const Tensor grouped = workspace.Take<float>({rows, c.o_groups * c.o_lora_rank});
   backend.GroupedLinear(w.wo_a, c.o_groups, o, grouped);
   backend.Linear(w.wo_b, grouped, out, LinearNumerics::kCheckpoint);
+}
 
+void Model::StoreWindow(int layer, const Batch& batch, const AttentionRows& a, const ComputeContext& ctx) const {
+  Workspace& workspace = ctx.backend.workspace();
+  const Workspace::Scope scratch(workspace);
+  const int64_t rows = batch.size();
   // Every position's window entry goes to its block's page (the prefix cache may keep blocks
   // that have already slid out of this sequence's window).
   std::span<WindowEntry<uint8_t>> stored = workspace.TakeArray<WindowEntry<uint8_t>>(rows);
   for (int64_t r = 0; r < rows; ++r) {
     stored[r] = batch.items[batch.item_of[r]]->state->mutable_window_parts(layer, batch.positions[r]);
   }
-  backend.StoreWindowEntries(kv_codes, kv_exponents, stored);
+  ctx.backend.StoreWindowEntries(a.kv_codes, a.kv_exponents, stored);
 }
 
-void Model::CompressAndIndex(int layer, const Batch& batch, const Tensor& x, const Tensor& qr, SharedIndex& shared,
-                             const ComputeContext& ctx) const {
+// The KV source's compressor: the groups of `ratio` positions completing in this call become
+// compressed entries (FP4, after RoPE) with their FP4 index keys (from the pre-RoPE latent).
+void Model::CompressKv(int layer, const Batch& batch, const Tensor& x, const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[layer].attn;
   const LayerRole& role = c.roles[layer];
@@ -146,87 +195,96 @@ void Model::CompressAndIndex(int layer, const Batch& batch, const Tensor& x, con
   const int64_t head_dim = c.head_dim;
   const int64_t index_dim = c.index_head_dim;
   const float eps = static_cast<float>(c.norm_eps);
-
-  if (role.kv_source) {
-    // Pre-RoPE latents of the groups completing in this call, per item in group order.
-    int64_t count = 0;
-    std::span<int64_t> first_group = workspace.TakeArray<int64_t>(items);
-    std::span<int64_t> groups_of = workspace.TakeArray<int64_t>(items);
+  // Pre-RoPE latents of the groups completing in this call, per item in group order.
+  int64_t count = 0;
+  std::span<int64_t> first_group = workspace.TakeArray<int64_t>(items);
+  std::span<int64_t> groups_of = workspace.TakeArray<int64_t>(items);
+  for (int i = 0; i < items; ++i) {
+    const int held = ratio == 1 ? 0 : batch.items[i]->state->pending_count(layer);
+    groups_of[i] = (held + batch.count(i)) / ratio;
+    first_group[i] = (batch.start(i) - held) / ratio;
+    count += groups_of[i];
+  }
+  const Tensor latents = workspace.Take<float>({count, head_dim});
+  if (ratio == 1) {
+    const Tensor projected = workspace.Take<float>({rows, head_dim});
+    backend.Linear(w.compressor_wkv, x, projected, LinearNumerics::kCheckpoint);  // bf16 weights, bf16 GEMM
+    backend.RmsNorm(projected, w.compressor_norm, eps, latents);
+  } else {
+    // fp32 projections and a per-channel softmax gate over each group of `ratio` tokens.
+    const Tensor kv = workspace.Take<float>({rows, head_dim});
+    const Tensor gate = workspace.Take<float>({rows, head_dim});
+    backend.Linear(w.compressor_wkv, x, kv, LinearNumerics::kFp32);
+    backend.Linear(w.compressor_wgate, x, gate, LinearNumerics::kFp32);
+    int64_t group_row = 0;
     for (int i = 0; i < items; ++i) {
-      const int held = ratio == 1 ? 0 : batch.items[i]->state->pending_count(layer);
-      groups_of[i] = (held + batch.count(i)) / ratio;
-      first_group[i] = (batch.start(i) - held) / ratio;
-      count += groups_of[i];
-    }
-    const Tensor latents = workspace.Take<float>({count, head_dim});
-    if (ratio == 1) {
-      const Tensor projected = workspace.Take<float>({rows, head_dim});
-      backend.Linear(w.compressor_wkv, x, projected, LinearNumerics::kCheckpoint);  // bf16 weights, bf16 GEMM
-      backend.RmsNorm(projected, w.compressor_norm, eps, latents);
-    } else {
-      // fp32 projections and a per-channel softmax gate over each group of `ratio` tokens.
-      const Tensor kv = workspace.Take<float>({rows, head_dim});
-      const Tensor gate = workspace.Take<float>({rows, head_dim});
-      backend.Linear(w.compressor_wkv, x, kv, LinearNumerics::kFp32);
-      backend.Linear(w.compressor_wgate, x, gate, LinearNumerics::kFp32);
-      int64_t group_row = 0;
-      for (int i = 0; i < items; ++i) {
-        SequenceState& state = *batch.items[i]->state;
-        // The partial group left by earlier calls, then this call's positions.
-        const int held = state.pending_count(layer);
-        const int64_t pending = held + batch.count(i);
-        const Tensor pending_kv = workspace.Take<float>({pending, head_dim});
-        const Tensor pending_gate = workspace.Take<float>({pending, head_dim});
-        const int64_t first = batch.first_row[i];
-        if (held > 0) {
-          backend.Copy(Tensor::Contiguous(ElementType::kF32, Device::kHost, {held, head_dim},
-                                          const_cast<float*>(state.pending_kv(layer))),
-                       pending_kv.Rows(0, held));
-          backend.Copy(Tensor::Contiguous(ElementType::kF32, Device::kHost, {held, head_dim},
-                                          const_cast<float*>(state.pending_gate(layer))),
-                       pending_gate.Rows(0, held));
-        }
-        backend.Copy(kv.Rows(first, batch.count(i)), pending_kv.Rows(held, batch.count(i)));
-        backend.Copy(gate.Rows(first, batch.count(i)), pending_gate.Rows(held, batch.count(i)));
-        const int64_t complete = groups_of[i];
-        const Tensor pooled = workspace.Take<float>({complete, head_dim});
-        backend.CompressorPool(pending_kv.Rows(0, complete * ratio), pending_gate.Rows(0, complete * ratio), ratio,
-                               pooled);
-        backend.RmsNorm(pooled, w.compressor_norm, eps, latents.Rows(group_row, complete));
-        group_row += complete;
-        const int64_t consumed = complete * ratio;
-        state.SetPending(layer, pending_kv.row<float>(0) + consumed * head_dim,
-                         pending_gate.row<float>(0) + consumed * head_dim, static_cast<int>(pending - consumed));
+      SequenceState& state = *batch.items[i]->state;
+      // The partial group left by earlier calls, then this call's positions.
+      const int held = state.pending_count(layer);
+      const int64_t pending = held + batch.count(i);
+      const Tensor pending_kv = workspace.Take<float>({pending, head_dim});
+      const Tensor pending_gate = workspace.Take<float>({pending, head_dim});
+      const int64_t first = batch.first_row[i];
+      if (held > 0) {
+        backend.Copy(Tensor::Contiguous(ElementType::kF32, Device::kHost, {held, head_dim},
+                                        const_cast<float*>(state.pending_kv(layer))),
+                     pending_kv.Rows(0, held));
+        backend.Copy(Tensor::Contiguous(ElementType::kF32, Device::kHost, {held, head_dim},
+                                        const_cast<float*>(state.pending_gate(layer))),
+                     pending_gate.Rows(0, held));
       }
-    }
-    // Index keys come from the pre-RoPE latent; the cached entry is RoPE'd then FP4-QDQ'd.
-    if (count > 0) {
-      const Tensor keys = workspace.Take<float>({count, index_dim});
-      const Tensor keys_normed = workspace.Take<float>({count, index_dim});
-      backend.Linear(w.indexer_wk, latents, keys, LinearNumerics::kCheckpoint);
-      backend.RmsNorm(keys, w.indexer_k_norm, eps, keys_normed);
-      std::span<int64_t> group_positions = workspace.TakeArray<int64_t>(count);
-      std::span<CompressedEntry<uint8_t>> entries = workspace.TakeArray<CompressedEntry<uint8_t>>(count);
-      int64_t g = 0;
-      for (int i = 0; i < items; ++i) {
-        SequenceState& state = *batch.items[i]->state;
-        for (int64_t k = 0; k < groups_of[i]; ++k, ++g) {
-          const int64_t group = first_group[i] + k;
-          DI_CHECK(state.compressed_count(layer) == group, "compressed KV of layer ", layer, " out of step at group ",
-                   group);
-          group_positions[g] = group * ratio;
-          entries[g] = state.AppendCompressedParts(layer);
-        }
-      }
-      backend.Rope(keys_normed, 1, compress_rope_, group_positions, /*inverse=*/false);
-      backend.Rope(latents, 1, compress_rope_, group_positions, /*inverse=*/false);
-      backend.EncodeCompressedEntries(latents, keys_normed, entries);
+      backend.Copy(kv.Rows(first, batch.count(i)), pending_kv.Rows(held, batch.count(i)));
+      backend.Copy(gate.Rows(first, batch.count(i)), pending_gate.Rows(held, batch.count(i)));
+      const int64_t complete = groups_of[i];
+      const Tensor pooled = workspace.Take<float>({complete, head_dim});
+      backend.CompressorPool(pending_kv.Rows(0, complete * ratio), pending_gate.Rows(0, complete * ratio), ratio,
+                             pooled);
+      backend.RmsNorm(pooled, w.compressor_norm, eps, latents.Rows(group_row, complete));
+      group_row += complete;
+      const int64_t consumed = complete * ratio;
+      state.SetPending(layer, pending_kv.row<float>(0) + consumed * head_dim,
+                       pending_gate.row<float>(0) + consumed * head_dim, static_cast<int>(pending - consumed));
     }
   }
+  // Index keys come from the pre-RoPE latent; the cached entry is RoPE'd then FP4-QDQ'd.
+  if (count > 0) {
+    const Tensor keys = workspace.Take<float>({count, index_dim});
+    const Tensor keys_normed = workspace.Take<float>({count, index_dim});
+    backend.Linear(w.indexer_wk, latents, keys, LinearNumerics::kCheckpoint);
+    backend.RmsNorm(keys, w.indexer_k_norm, eps, keys_normed);
+    std::span<int64_t> group_positions = workspace.TakeArray<int64_t>(count);
+    std::span<CompressedEntry<uint8_t>> entries = workspace.TakeArray<CompressedEntry<uint8_t>>(count);
+    int64_t g = 0;
+    for (int i = 0; i < items; ++i) {
+      SequenceState& state = *batch.items[i]->state;
+      for (int64_t k = 0; k < groups_of[i]; ++k, ++g) {
+        const int64_t group = first_group[i] + k;
+        DI_CHECK(state.compressed_count(layer) == group, "compressed KV of layer ", layer, " out of step at group ",
+                 group);
+        group_positions[g] = group * ratio;
+        entries[g] = state.AppendCompressedParts(layer);
+      }
+    }
+    backend.Rope(keys_normed, 1, compress_rope_, group_positions, /*inverse=*/false);
+    backend.Rope(latents, 1, compress_rope_, group_positions, /*inverse=*/false);
+    backend.EncodeCompressedEntries(latents, keys_normed, entries);
+  }
+}
 
-  if (!role.index_source) return;
-  // Indexer: fp32 scores of FP4 queries against the KV source's FP4 keys (the HF-port
-  // semantics), visibility, the candidate filter, then top-k per query.
+// The index source's indexer: fp32 scores of FP4 queries against the KV source's FP4 keys (the
+// HF-port semantics), visibility, the candidate filter, then each row's top-k.
+void Model::SelectCompressed(int layer, const Batch& batch, const Tensor& x, const Tensor& qr, SharedIndex& shared,
+                             const ComputeContext& ctx) const {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const LayerRole& role = c.roles[layer];
+  const int ratio = role.compress_ratio;
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope scratch(workspace);
+  const int64_t rows = batch.size();
+  const int items = batch.item_count();
+  const int64_t index_dim = c.index_head_dim;
   const int index_heads = c.index_n_heads;
   const Tensor q = workspace.Take<float>({rows, index_heads * index_dim});
   const Tensor head_weights = workspace.Take<float>({rows, index_heads});

@@ -111,8 +111,18 @@ class Model {
                 const ComputeContext& ctx, uint64_t* routed_bytes) const;
   void Attention(int layer, const Batch& batch, const Tensor& x, const Tensor& out, SharedIndex& shared,
                  const ComputeContext& ctx) const;
-  void CompressAndIndex(int layer, const Batch& batch, const Tensor& x, const Tensor& qr, SharedIndex& shared,
+  // Attention's phases (attention.cc), in order.
+  struct AttentionRows;
+  AttentionRows ProjectQueryAndKv(int layer, const Batch& batch, const Tensor& x, const ComputeContext& ctx) const;
+  void CompressKv(int layer, const Batch& batch, const Tensor& x, const ComputeContext& ctx) const;
+  void SelectCompressed(int layer, const Batch& batch, const Tensor& x, const Tensor& qr, SharedIndex& shared,
                         const ComputeContext& ctx) const;
+  // Per row, the entries its query attends: window (oldest first), then the selected compressed.
+  void GatherEntries(int layer, const Batch& batch, const Tensor& kv, SharedIndex& shared, const ComputeContext& ctx,
+                     std::span<const float*>& entries, std::span<int64_t>& row_begin) const;
+  void ProjectOutput(int layer, const Batch& batch, const Tensor& o, const Tensor& out,
+                     const ComputeContext& ctx) const;
+  void StoreWindow(int layer, const Batch& batch, const AttentionRows& rows, const ComputeContext& ctx) const;
   // Adds the bytes of the routed experts it ran to *routed_bytes.
   void Moe(int layer, const Tensor& x, const Tensor& out, const ComputeContext& ctx, uint64_t* routed_bytes) const;
   const RopeTable& RopeFor(int compress_ratio) const { return compress_ratio > 0 ? compress_rope_ : main_rope_; }

@@ -61,11 +61,16 @@ std::vector<int64_t> StoredShape(const ExpectedTensor& t) {
 
 std::optional<std::vector<int64_t>> ScaleShape(const ExpectedTensor& t) {
   switch (t.kind) {
-    case TensorKind::kFP8Matrix:
-      return std::vector<int64_t>{CeilDiv(t.shape[0], 32), CeilDiv(t.shape[1], 32)};
-    case TensorKind::kFP4Matrix:
+    case TensorKind::kFP8Matrix: {
+      constexpr ScaleBlock block = ScaleBlockOf(MatrixFormat::kFP8Block32);
+      return std::vector<int64_t>{CeilDiv(t.shape[0], block.rows), CeilDiv(t.shape[1], block.cols)};
+    }
+    case TensorKind::kFP4Matrix: {
+      constexpr ScaleBlock block = ScaleBlockOf(MatrixFormat::kFP4Row32);
+      return std::vector<int64_t>{CeilDiv(t.shape[0], block.rows), t.shape[1] / block.cols};
+    }
     case TensorKind::kEngramTable:
-      return std::vector<int64_t>{t.shape[0], t.shape[1] / 32};
+      return std::vector<int64_t>{t.shape[0], t.shape[1] / kQuantBlock};
     default:
       return std::nullopt;
   }

@@ -120,6 +120,9 @@ std::string Metrics::Render(const LoopStats& stats) const {
          static_cast<double>(e.kv_in_use_bytes));
   Scalar(out, "deepinfer_kv_cache_held_bytes", "gauge", "KV cache pool memory: pages in use plus kept free.",
          static_cast<double>(e.kv_held_bytes));
+  Scalar(out, "deepinfer_backend_held_bytes", "gauge",
+         "Memory the compute backend keeps between steps: its workspace arena and kernel scratch.",
+         static_cast<double>(e.backend_held_bytes));
   Scalar(out, "deepinfer_kv_cache_budget_bytes", "gauge", "KV cache byte budget (0: no limit).",
          static_cast<double>(e.kv_budget_bytes));
   Scalar(out, "deepinfer_kv_cache_pages_in_use", "gauge", "KV cache pages referenced by requests or the prefix cache.",

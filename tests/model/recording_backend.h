@@ -23,6 +23,7 @@ class RecordingBackend final : public Backend {
 
   std::string_view name() const override { return "recording"; }
   Workspace& workspace() override { return cpu_.workspace(); }
+  uint64_t held_bytes() const override { return cpu_.held_bytes(); }
 
   void Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) override {
     Record(numerics == LinearNumerics::kCheckpoint ? "Linear" : "Linear.dense");

@@ -279,6 +279,7 @@ def test_metrics_match_what_was_sent(client, server):
     assert after["deepinfer_kv_cache_budget_bytes"] > 0
     assert after["process_resident_memory_bytes"] > 0
     assert after["deepinfer_heap_allocated_bytes"] > 0
+    assert 0 < after["deepinfer_backend_held_bytes"] < after["deepinfer_heap_allocated_bytes"]
     assert delta("deepinfer_engine_steps_total") >= 22
 
 
