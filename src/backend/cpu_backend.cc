@@ -1,6 +1,7 @@
 #include "backend/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -62,14 +63,26 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
   CheckShape(x, m, w.cols, "linear input");
   CheckShape(y, m, w.rows, "linear output");
   if (m == 0) return;
+  constexpr uint64_t kGemvRecordMinBytes = uint64_t{1} << 20;
+  const bool timed = gemv_record_ != nullptr && m <= 4 && w.bytes() >= kGemvRecordMinBytes;
+  const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   switch (numerics) {
     case LinearNumerics::kCheckpoint:
       deepinfer::Linear(w, x.host<float>(), m, y.host<float>(), cpu_);
-      return;
+      break;
     case LinearNumerics::kFp32:
     case LinearNumerics::kBf16:
       DenseLinear(w, x.host<float>(), m, y.host<float>(), numerics == LinearNumerics::kBf16, cpu_);
-      return;
+      break;
+  }
+  if (timed) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double rate = seconds > 0.0 ? static_cast<double>(w.bytes()) / seconds : 0.0;
+    ++gemv_record_->calls;
+    if (rate > gemv_record_->best_bytes_per_s) {
+      gemv_record_->best_bytes_per_s = rate;
+      gemv_record_->best_bytes = w.bytes();
+    }
   }
 }
 
@@ -325,7 +338,9 @@ void CpuBackend::IndexerSelect(const Tensor& q, const Tensor& head_weights, cons
   auto floats = [](int64_t n) { return static_cast<size_t>(n + 15) / 16 * 16; };
   const size_t scratch_floats = 2 * floats(widest) + 2 * floats(pairs) + floats(query / 8 + query / kIndexKeyBlock) +
                                 floats(blocks) + floats(2 * blocks);
-  cpu_.pool.ParallelForThreads(rows.size(), [&](size_t begin, size_t end, int thread) {
+  // A row reads its visible keys.
+  const size_t min_rows = ThreadPool::MinItemsPerPart(static_cast<size_t>(std::max<int64_t>(1, widest * dim * 4)));
+  cpu_.pool.ParallelForThreads(rows.size(), min_rows, [&](size_t begin, size_t end, int thread) {
     float* buffer = scratch_.Get<float>(thread, 0, scratch_floats);
     float* scores_buffer = buffer;
     int32_t* order = reinterpret_cast<int32_t*>(scores_buffer + floats(widest));
@@ -378,7 +393,11 @@ void CpuBackend::SparseAttention(const Tensor& q, int heads, std::span<const flo
            rows, " rows");
   // Split by (query, head), so even a single decode token uses every thread; each head's result
   // does not depend on the split.
-  cpu_.pool.ParallelForThreads(rows * heads, [&](size_t begin, size_t end, int thread) {
+  // A (query, head) unit reads its row's entries (dim floats each).
+  const int64_t entries_per_row = rows > 0 ? static_cast<int64_t>(entries.size()) / rows : 0;
+  const size_t min_units =
+      ThreadPool::MinItemsPerPart(static_cast<size_t>(std::max<int64_t>(1, entries_per_row * dim * 4)));
+  cpu_.pool.ParallelForThreads(rows * heads, min_units, [&](size_t begin, size_t end, int thread) {
     float* scratch = scratch_.Get<float>(thread, 0, SparseAttentionScratchFloats(dim));
     for (size_t unit = begin; unit < end; ++unit) {
       const int64_t r = static_cast<int64_t>(unit / heads);

@@ -11,6 +11,15 @@
 
 namespace deepinfer {
 
+// The fastest weight stream of the GEMV-shaped linears (M <= 4, >= 1 MiB of weights) seen while
+// it is attached: `bench` reports it beside the probe's DRAM bandwidth, as a second denominator
+// that no background noise of the machine can inflate.
+struct GemvRecord {
+  double best_bytes_per_s = 0.0;
+  uint64_t best_bytes = 0;  // the weight bytes of that call
+  int64_t calls = 0;        // timed calls
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(ThreadPool& pool, IsaLevel isa) : scratch_(pool.size()), cpu_{pool, isa, &scratch_} {}
@@ -19,6 +28,8 @@ class CpuBackend final : public Backend {
   Workspace& workspace() override { return workspace_; }
   uint64_t held_bytes() const override { return workspace_.held_bytes() + scratch_.held_bytes(); }
   const CpuContext& cpu() const { return cpu_; }
+  // Times the GEMV-shaped linears into `record` (nullptr: stop). Not thread-safe with a running op.
+  void RecordGemvs(GemvRecord* record) { gemv_record_ = record; }
 
   void Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) override;
   void GroupedLinear(const WeightMatrix& w, int groups, const Tensor& x, const Tensor& y) override;
@@ -58,6 +69,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
+  GemvRecord* gemv_record_ = nullptr;
   CpuContext cpu_;
   Workspace workspace_;
 };

@@ -24,6 +24,7 @@
 #include "core/thread_pool.h"
 #include "io/forward_flops.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/linear.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -32,7 +33,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kBandwidthBytes = size_t{1} << 30;  // 1 GiB: far beyond any cache
-constexpr int kBandwidthPasses = 5;
+// Probe passes before the measured phases, and after each of them.
+constexpr int kBandwidthFirstPasses = 3;
+constexpr int kBandwidthBetweenPasses = 2;
 constexpr double kPeakSeconds = 1.0;
 constexpr int64_t kDecodePromptTokens = 8;  // the short prompt of each decode sequence
 
@@ -196,9 +199,11 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   CpuBackend backend(pool, isa);
   const ComputeContext ctx{backend};
 
-  // The machine's limits, with the same threads.
+  // The machine's limits, with the same threads; the bandwidth probe also runs between the
+  // phases, and its median is the denominator.
   Progress("measuring DRAM read bandwidth (1 GiB)");
-  const double read_bytes_per_s = MeasureReadBandwidth(pool, kBandwidthBytes, kBandwidthPasses);
+  ReadBandwidthProbe probe(pool, kBandwidthBytes);
+  probe.Sample(kBandwidthFirstPasses);
   const PeakKind peak_kind = PeakKindFor(isa);
   Progress("measuring the FLOP peak");
   const double peak_flops = MeasurePeakFlops(pool, peak_kind, kPeakSeconds);
@@ -217,26 +222,42 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const Clock::time_point prefill_start = Clock::now();
   model->Forward({&prefill_item, 1}, ctx);
   const double ttft_s = Seconds(prefill_start, Clock::now());
+  probe.Sample(kBandwidthBetweenPasses);
   const FlopCount flops = CountForwardFlops(config, 0, o.prefill_tokens);
   const double prefill_flops_per_s = static_cast<double>(flops.total()) / ttft_s;
 
   // Decode at each batch size.
+  // Batch 1 also times its GEMV-shaped linears: the best of them is a second denominator.
   std::vector<DecodeResult> decode;
+  GemvRecord gemvs;
   for (int64_t batch : o.batch_sizes) {
     Progress("decode, batch " + std::to_string(batch));
+    backend.RecordGemvs(batch == 1 ? &gemvs : nullptr);
     decode.push_back(RunDecode(*model, ctx, batch, o.warmup, o.decode_tokens));
+    backend.RecordGemvs(nullptr);
+    probe.Sample(kBandwidthBetweenPasses);
   }
 
-  const double read_gb_s = read_bytes_per_s / 1e9;
+  const ReadBandwidthProbe::Summary bandwidth = probe.summary();
+  const double read_gb_s = bandwidth.median / 1e9;
+  const double best_gemv_gb_s = gemvs.best_bytes_per_s / 1e9;
   auto gb_s = [](const DecodeResult& d) { return d.bytes_per_step / d.step_seconds / 1e9; };
 
   std::printf("deepinfer bench: %s\n", model_dir.c_str());
   std::printf("  %d layers, hidden %lld, %d routed experts (top %d); %d threads, isa %s\n", config.num_layers,
               static_cast<long long>(config.hidden_size), config.n_routed_experts, config.num_experts_per_tok,
               pool.size(), std::string(IsaName(isa)).c_str());
+  std::printf("  kernels: %s\n", std::string(LinearKernelsName(isa)).c_str());
   std::printf("\nmachine (measured now, %d threads)\n", pool.size());
-  std::printf("  DRAM read bandwidth   %10.2f GB/s      (1 GiB vectorised sum, best of %d)\n", read_gb_s,
-              kBandwidthPasses);
+  std::printf(
+      "  DRAM read bandwidth   %10.2f GB/s      (1 GiB vectorised sum: median of %d passes between the "
+      "phases, %.2f-%.2f)\n",
+      read_gb_s, bandwidth.passes, bandwidth.min / 1e9, bandwidth.max / 1e9);
+  if (gemvs.calls > 0) {
+    std::printf(
+        "  best GEMV             %10.2f GB/s      (%.1f MB of weights; fastest of %lld batch-1 linears >= 1 MiB)\n",
+        best_gemv_gb_s, static_cast<double>(gemvs.best_bytes) / 1e6, static_cast<long long>(gemvs.calls));
+  }
   std::printf("  FLOP peak             %10.2f GFLOP/s   (%s, 12 chains per thread)\n", peak_flops / 1e9,
               std::string(PeakKindName(peak_kind)).c_str());
   std::printf("\nprefill (%lld tokens, one forward)\n", static_cast<long long>(o.prefill_tokens));
@@ -249,10 +270,12 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   std::printf("\ndecode (%lld timed steps after %lld warm-up, %lld-token prompts)\n",
               static_cast<long long>(o.decode_tokens), static_cast<long long>(o.warmup),
               static_cast<long long>(kDecodePromptTokens));
-  std::printf("  %5s %10s %11s %14s %9s %9s\n", "batch", "TPOT ms", "tokens/s", "bytes/step", "GB/s", "% of BW");
+  std::printf("  %5s %10s %11s %14s %9s %9s %10s\n", "batch", "TPOT ms", "tokens/s", "bytes/step", "GB/s", "% of BW",
+              "% of GEMV");
   for (const DecodeResult& d : decode) {
-    std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%%\n", static_cast<long long>(d.batch), d.step_seconds * 1e3,
-                static_cast<double>(d.batch) / d.step_seconds, d.bytes_per_step, gb_s(d), 100.0 * gb_s(d) / read_gb_s);
+    std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%% %9.2f%%\n", static_cast<long long>(d.batch),
+                d.step_seconds * 1e3, static_cast<double>(d.batch) / d.step_seconds, d.bytes_per_step, gb_s(d),
+                100.0 * gb_s(d) / read_gb_s, best_gemv_gb_s > 0 ? 100.0 * gb_s(d) / best_gemv_gb_s : 0.0);
   }
 
   if (o.json) {
@@ -275,6 +298,11 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_tokens", o.decode_tokens},
         {"warmup", o.warmup},
         {"measured_read_gb_s", read_gb_s},
+        {"measured_read_gb_s_min", bandwidth.min / 1e9},
+        {"measured_read_gb_s_max", bandwidth.max / 1e9},
+        {"measured_read_passes", bandwidth.passes},
+        {"best_gemv_gb_s", best_gemv_gb_s},
+        {"kernels", std::string(LinearKernelsName(isa))},
         {"measured_peak_flops", peak_flops},
         {"peak_kind", std::string(PeakKindName(peak_kind))},
         {"ttft_ms", ttft_s * 1e3},
@@ -286,6 +314,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_bytes_per_step", one.bytes_per_step},
         {"decode_gb_s", gb_s(one)},
         {"decode_bandwidth_fraction", gb_s(one) / read_gb_s},
+        {"decode_gemv_fraction", best_gemv_gb_s > 0 ? gb_s(one) / best_gemv_gb_s : 0.0},
         {"decode", per_batch},
     };
     std::printf("%s\n", j.dump().c_str());

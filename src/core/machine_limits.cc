@@ -24,10 +24,6 @@ double SecondsSince(Clock::time_point start) { return std::chrono::duration<doub
 constexpr size_t kPageBytes = 4096;
 constexpr size_t kPageFloats = kPageBytes / sizeof(float);
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
 // Horizontal sums through memory (GCC 12's _mm512_reduce_add_ps trips -Wuninitialized).
 __attribute__((target("avx512f"))) float LaneSum512(__m512 v) {
   alignas(64) float lanes[16];
@@ -211,47 +207,74 @@ double TimeChains(ThreadPool& pool, PeakKind kind, int64_t iters) {
 
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int passes) {
   if (bytes == 0 || passes <= 0) throw MakeError("read bandwidth: bytes and passes must be positive");
-  const size_t pages = (bytes + kPageBytes - 1) / kPageBytes;
-  const size_t total = pages * kPageBytes;
-  std::unique_ptr<float, FreeDeleter> buffer(static_cast<float*>(std::aligned_alloc(kPageBytes, total)));
-  if (!buffer) throw MakeError("read bandwidth: cannot allocate ", total, " bytes");
-  float* data = buffer.get();
+  ReadBandwidthProbe probe(pool, bytes);
+  probe.Sample(passes);
+  return probe.summary().max;
+}
+
+ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(pool) {
+  if (bytes == 0) throw MakeError("read bandwidth: bytes must be positive");
+  pages_ = (bytes + kPageBytes - 1) / kPageBytes;
+  const size_t total = pages_ * kPageBytes;
+  data_ = static_cast<float*>(std::aligned_alloc(kPageBytes, total));
+  if (data_ == nullptr) throw MakeError("read bandwidth: cannot allocate ", total, " bytes");
   // One contiguous slice of pages per thread, first touched by the thread that reads it.
-  const size_t threads = static_cast<size_t>(pool.size());
-  auto slice = [&](size_t t) {
-    const size_t base = pages / threads, extra = pages % threads;
-    const size_t begin = t * base + std::min(t, extra);
-    return std::pair<size_t, size_t>(begin, begin + base + (t < extra ? 1 : 0));
-  };
-  pool.ParallelFor(threads, [&](size_t first, size_t last) {
+  pool_.ParallelFor(static_cast<size_t>(pool_.size()), [&](size_t first, size_t last) {
     for (size_t t = first; t < last; ++t) {
-      const auto [begin, end] = slice(t);
-      std::fill(data + begin * kPageFloats, data + end * kPageFloats, 1.0f);
+      const auto [begin, end] = SliceOf(t);
+      std::fill(data_ + begin * kPageFloats, data_ + end * kPageFloats, 1.0f);
     }
   });
+}
 
+ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
+
+std::pair<size_t, size_t> ReadBandwidthProbe::SliceOf(size_t thread) const {
+  const size_t threads = static_cast<size_t>(pool_.size());
+  const size_t base = pages_ / threads, extra = pages_ % threads;
+  const size_t begin = thread * base + std::min(thread, extra);
+  return {begin, begin + base + (thread < extra ? 1 : 0)};
+}
+
+double ReadBandwidthProbe::Pass() {
   float (*sum)(const float*, size_t) = SumPagesSse2;
   if (__builtin_cpu_supports("avx512f")) {
     sum = SumPagesAvx512;
   } else if (__builtin_cpu_supports("avx2")) {
     sum = SumPagesAvx2;
   }
+  const size_t threads = static_cast<size_t>(pool_.size());
   std::vector<float> sinks(threads * 16, 0.0f);  // one cache line per thread
-  double best = 0.0;
-  for (int pass = 0; pass <= passes; ++pass) {  // pass 0 is untimed
-    const Clock::time_point start = Clock::now();
-    pool.ParallelFor(threads, [&](size_t first, size_t last) {
-      for (size_t t = first; t < last; ++t) {
-        const auto [begin, end] = slice(t);
-        sinks[t * 16] += sum(data + begin * kPageFloats, end - begin);
-      }
-    });
-    const double seconds = SecondsSince(start);
-    if (pass > 0 && seconds > 0.0) best = std::max(best, static_cast<double>(total) / seconds);
-  }
+  const Clock::time_point start = Clock::now();
+  pool_.ParallelFor(threads, [&](size_t first, size_t last) {
+    for (size_t t = first; t < last; ++t) {
+      const auto [begin, end] = SliceOf(t);
+      sinks[t * 16] += sum(data_ + begin * kPageFloats, end - begin);
+    }
+  });
+  const double seconds = SecondsSince(start);
   volatile float keep = 0.0f;
   for (size_t t = 0; t < threads; ++t) keep = keep + sinks[t * 16];
-  return best;
+  return seconds > 0.0 ? static_cast<double>(pages_ * kPageBytes) / seconds : 0.0;
+}
+
+void ReadBandwidthProbe::Sample(int passes) {
+  if (passes <= 0) throw MakeError("read bandwidth: passes must be positive");
+  Pass();  // untimed: brings the pages back into the TLB and the threads out of sleep
+  for (int i = 0; i < passes; ++i) passes_.push_back(Pass());
+}
+
+ReadBandwidthProbe::Summary ReadBandwidthProbe::summary() const {
+  Summary s;
+  if (passes_.empty()) return s;
+  std::vector<double> sorted = passes_;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  s.median = n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  s.min = sorted.front();
+  s.max = sorted.back();
+  s.passes = static_cast<int>(n);
+  return s;
 }
 
 std::string_view PeakKindName(PeakKind kind) {

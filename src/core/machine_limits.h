@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -24,6 +26,35 @@ namespace deepinfer {
 // untimed pass. Uses the widest vector loads this CPU and OS support. Throws Error when the
 // buffer cannot be allocated or the arguments are not positive.
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int passes);
+
+// The same measurement, repeated between the phases of a benchmark: the host's bandwidth to a
+// VM drifts by tens of percent over minutes, so one sample can miss the level the measured
+// phases saw. Holds its buffer (allocated and first touched by the pool's threads) until
+// destroyed. Thread contract: one caller at a time.
+class ReadBandwidthProbe {
+ public:
+  struct Summary {
+    double median = 0.0, min = 0.0, max = 0.0;  // bytes per second over every timed pass
+    int passes = 0;
+  };
+  // Throws Error as MeasureReadBandwidth.
+  ReadBandwidthProbe(ThreadPool& pool, size_t bytes);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+
+  // One untimed pass, then `passes` timed ones, each recorded.
+  void Sample(int passes);
+  Summary summary() const;  // of every pass so far; all zero before the first
+
+ private:
+  double Pass();
+  std::pair<size_t, size_t> SliceOf(size_t thread) const;  // pages [begin, end) of a thread
+  ThreadPool& pool_;
+  size_t pages_ = 0;
+  float* data_ = nullptr;
+  std::vector<double> passes_;
+};
 
 // ---- Arithmetic peak ------------------------------------------------------------------------
 

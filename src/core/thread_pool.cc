@@ -67,8 +67,13 @@ void ThreadPool::ParallelFor(size_t n, FunctionRef<void(size_t, size_t)> body) {
 }
 
 void ThreadPool::ParallelForThreads(size_t n, FunctionRef<void(size_t, size_t, int)> body) {
+  ParallelForThreads(n, 1, body);
+}
+
+void ThreadPool::ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<void(size_t, size_t, int)> body) {
   if (n == 0) return;
-  const int parts = size();
+  const int parts =
+      static_cast<int>(std::min<size_t>(size(), std::max<size_t>(1, n / std::max<size_t>(1, min_per_part))));
   if (parts == 1 || n == 1) {
     body(0, n, 0);
     return;
@@ -77,8 +82,9 @@ void ThreadPool::ParallelForThreads(size_t n, FunctionRef<void(size_t, size_t, i
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;
     total_ = n;
+    parts_ = parts;
     first_error_ = nullptr;
-    pending_.store(parts - 1, std::memory_order_relaxed);
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);  // every worker acknowledges
     generation_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_all();
@@ -119,8 +125,10 @@ void ThreadPool::WorkerLoop(int worker_index) {
     seen_generation = generation;
     const FunctionRef<void(size_t, size_t, int)>* body = body_;
     const size_t total = total_;
+    const int parts = parts_;
     try {
-      const std::pair<size_t, size_t> range = RangeOf(total, size(), worker_index);
+      const std::pair<size_t, size_t> range =
+          worker_index < parts ? RangeOf(total, parts, worker_index) : std::pair<size_t, size_t>{0, 0};
       if (range.first < range.second) GuardMappedReads([&] { (*body)(range.first, range.second, worker_index); });
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -24,6 +24,24 @@ TEST(MachineLimits, ReadBandwidthIsPositiveAndFinite) {
   EXPECT_TRUE(std::isfinite(small));
 }
 
+// The probe keeps every pass: its summary orders them and counts them across samples.
+TEST(MachineLimits, ReadBandwidthProbeSummarisesEveryPass) {
+  ThreadPool pool(2);
+  ReadBandwidthProbe probe(pool, size_t{2} << 20);
+  EXPECT_EQ(probe.summary().passes, 0);
+  EXPECT_EQ(probe.summary().median, 0.0);
+  probe.Sample(3);
+  probe.Sample(2);
+  const ReadBandwidthProbe::Summary s = probe.summary();
+  EXPECT_EQ(s.passes, 5);
+  EXPECT_GT(s.min, 0.0);
+  EXPECT_LE(s.min, s.median);
+  EXPECT_LE(s.median, s.max);
+  EXPECT_TRUE(std::isfinite(s.max));
+  EXPECT_THROW(probe.Sample(0), Error);
+  EXPECT_THROW(ReadBandwidthProbe(pool, 0), Error);
+}
+
 TEST(MachineLimits, ReadBandwidthRejectsEmptyRequests) {
   ThreadPool pool(1);
   EXPECT_THROW(MeasureReadBandwidth(pool, 0, 1), Error);

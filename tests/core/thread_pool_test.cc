@@ -49,6 +49,40 @@ TEST(ThreadPool, PartitionIsStatic) {
   EXPECT_EQ(first, second);
 }
 
+// With a minimum per part, small calls run inline on the caller (part 0 only) and larger ones
+// in as many parts as the minimum allows; every index still runs exactly once.
+TEST(ThreadPool, MinimumPerPartBoundsTheParts) {
+  ThreadPool pool(3);
+  struct Expect {
+    size_t n, min_per_part, parts;
+  };
+  for (const Expect& e :
+       std::vector<Expect>{{10, 100, 1}, {10, 10, 1}, {10, 5, 2}, {10, 3, 3}, {10, 1, 3}, {1, 1, 1}}) {
+    std::mutex mutex;
+    std::vector<int> seen(e.n, 0);
+    std::vector<int> threads;
+    const std::thread::id caller = std::this_thread::get_id();
+    bool inline_on_caller = true;
+    pool.ParallelForThreads(e.n, e.min_per_part, [&](size_t begin, size_t end, int thread) {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (size_t i = begin; i < end; ++i) ++seen[i];
+      threads.push_back(thread);
+      if (std::this_thread::get_id() != caller) inline_on_caller = false;
+    });
+    SCOPED_TRACE("n " + std::to_string(e.n) + " min " + std::to_string(e.min_per_part));
+    EXPECT_EQ(seen, std::vector<int>(e.n, 1));
+    EXPECT_EQ(threads.size(), e.parts);
+    if (e.parts == 1) {
+      EXPECT_TRUE(inline_on_caller);
+    }
+    for (int t : threads) EXPECT_LT(t, static_cast<int>(e.parts));
+  }
+  EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart), 1u);
+  EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart * 2), 1u);
+  EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart / 4), 4u);
+  EXPECT_EQ(ThreadPool::MinItemsPerPart(0), ThreadPool::kMinBytesPerPart);
+}
+
 TEST(ThreadPool, ExceptionsReachTheCaller) {
   ThreadPool pool(2);
   EXPECT_THROW(pool.ParallelFor(10,

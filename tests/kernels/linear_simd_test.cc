@@ -528,6 +528,119 @@ TEST(LinearSimd, Vdpbf16psAddsTheOddProductFirstWithTwoRoundings) {
   EXPECT_EQ(Dpbf16Lane0(1.0f, -1.0f, 3 * tiny), 0x1p-22f);
 }
 
+// ---- the canonical operation sequence, emulated --------------------------------------------------
+
+// linear_simd.h's contract written out in scalar code: operands x' and w' in natural K order
+// (zero-padded to whole groups), 16 lanes, odd product first, the fixed reduction tree, Finish.
+// Every product of quantized operands is exact, so std::fma is the same operation as the kernels'
+// FMA or vdpbf16ps step; for dense formats it is the kernels' FMA.
+float CanonicalElement(MatrixFormat f, const float* x, const float* w, int64_t groups, bool round) {
+  float lane[16] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* xg = x + g * linear_simd::kGroup;
+    const float* wg = w + g * linear_simd::kGroup;
+    for (int i = 0; i < 16; ++i) {
+      const int odd = linear_simd::PairK(f, i, true), even = linear_simd::PairK(f, i, false);
+      lane[i] = std::fma(xg[odd], wg[odd], lane[i]);
+      lane[i] = std::fma(xg[even], wg[even], lane[i]);
+    }
+  }
+  float a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) a[i] = lane[i] + lane[i + 8];
+  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
+  for (int i = 0; i < 2; ++i) c[i] = b[i] + b[i + 2];
+  uint32_t u = Bits(c[0] + c[1]);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::bit_cast<float>(0x7fc00000u);
+  if (round) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return std::bit_cast<float>(u);
+}
+
+// y = canonical(x W^T): quantized (activations act-quantized as the oracle does, scales folded
+// into both operands) or dense (FP8 standing for its bf16 dequantization).
+std::vector<float> CanonicalLinear(const WeightMatrix& w, const float* x, int64_t m, bool dense, bool round) {
+  const int64_t k = w.cols, groups = (k + kQuantBlock - 1) / kQuantBlock, padded = groups * kQuantBlock;
+  std::vector<float> y(m * w.rows), xr(padded, 0.0f), wr(padded, 0.0f), row(k);
+  std::vector<uint8_t> codes(k);
+  std::vector<float> act_scales(groups);
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xs = x + r * k;
+    if (dense) {
+      std::copy(xs, xs + k, xr.begin());
+    } else {
+      QuantizeFP8PowerOfTwo({xs, static_cast<size_t>(k)}, kQuantBlock, {codes.data(), codes.size()},
+                            {act_scales.data(), act_scales.size()});
+      for (int64_t c = 0; c < k; ++c) xr[c] = E4M3ToFloat(codes[c]) * act_scales[c / kQuantBlock];
+    }
+    for (int64_t n = 0; n < w.rows; ++n) {
+      if (dense) {
+        w.DequantizedRow(n, row.data());
+        for (int64_t c = 0; c < k; ++c) wr[c] = w.quantized() ? BF16ToFloat(FloatToBF16(row[c])) : row[c];
+      } else {
+        w.UnscaledRow(n, row.data());
+        for (int64_t c = 0; c < k; ++c) wr[c] = row[c] * w.BlockScale(n, c / kQuantBlock);
+      }
+      y[r * w.rows + n] = CanonicalElement(w.format, xr.data(), wr.data(), groups, round);
+    }
+  }
+  return y;
+}
+
+// Every target, every loop structure (M = 1..6 streaming tiles, 9 and 37 GEMM panels), 1 and 2
+// threads: the bits of the emulated canonical sequence. Wide weight scales make most sums
+// inexact, so any change of order, pairing or reduction would show.
+TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(23);
+  struct Case {
+    MatrixFormat format;
+    int64_t n, k;
+    bool dense;
+    int scale_lo = 60, scale_hi = 190;  // quantized: weight scale bytes
+    bool nan_codes = false;             // FP8: a few e4m3 NaN codes
+  };
+  // FP8 scale bytes up to 134 take the AVX2 group tiles, larger ones and NaN codes the general
+  // tiles: both are covered.
+  const std::vector<Case> cases = {{MatrixFormat::kFP8Block32, 70, 640, false},
+                                   {MatrixFormat::kFP8Block32, 70, 640, false, 96, 134},
+                                   {MatrixFormat::kFP8Block32, 67, 320, false, 100, 134, true},
+                                   {MatrixFormat::kFP8Block32, 33, 96, false},
+                                   {MatrixFormat::kFP4Row32, 45, 2304, false},
+                                   {MatrixFormat::kFP4Row32, 9, 64, false},
+                                   {MatrixFormat::kBF16, 29, 1000, true},
+                                   {MatrixFormat::kF32, 23, 333, true},
+                                   {MatrixFormat::kFP8Block32, 41, 200, true}};
+  for (const Case& c : cases) {
+    TestMatrix w;
+    if (c.dense && c.format == MatrixFormat::kFP8Block32) {
+      w = MakeFp8Any(c.n, c.k, {118, 121, 124, 127}, rng, 3);
+    } else if (c.dense) {
+      w = MakeDense(c.format, c.n, c.k, rng);
+    } else {
+      w = MakeQuantized(c.format, c.n, c.k, rng, c.scale_lo, c.scale_hi, 5);
+      if (c.nan_codes) {
+        for (int64_t i = 0; i < 6; ++i) w.data[5 + (i * 7919) % (c.n * c.k)] = i % 2 == 0 ? 0x7f : 0xff;
+      }
+    }
+    std::vector<float> x = MakeActivations(37, c.k, rng);
+    if (c.dense) {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+    }
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 9, 37}) {
+      const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense);
+      for (const Target& t : Targets()) {
+        for (int threads : {1, 2}) {
+          const std::vector<float> ours =
+              c.dense ? RunDense(t, w.w, x.data(), m, false, threads) : RunQuantized(t, w.w, x.data(), m, threads);
+          ExpectSameBits(ours, expected,
+                         t.name + " format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
+                             " M=" + std::to_string(m) + " threads " + std::to_string(threads));
+        }
+      }
+    }
+  }
+}
+
 // ---- scales where folding is not exact -----------------------------------------------------
 
 // Scale bytes 0 (2^-127), 255 (NaN), 1 and 254 make folding inexact; those elements must carry

@@ -85,4 +85,16 @@ void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const Cp
   }
 }
 
+std::string_view LinearKernelsName(IsaLevel isa) {
+  switch (isa) {
+    case IsaLevel::kAvx512:
+      return CpuHasAvx512Bf16() ? "avx512: fp8 gemv on vdpbf16ps, fp4 and gemm on fma" : "avx512: fma tiles and panels";
+    case IsaLevel::kAvx2:
+      return "avx2: fp4 gemv by vpshufb bf16 tables, fp8 gemv by shift decode, fma panels";
+    case IsaLevel::kScalar:
+      return "scalar oracle";
+  }
+  return "unknown";
+}
+
 }  // namespace deepinfer

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "io/weight_matrix.h"
 #include "kernels/cpu/cpu_context.h"
@@ -25,5 +26,8 @@ void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, boo
 // Dispatches on the weight format the way the reference's `linear()` does: quantized
 // weights take the quantized path, bf16 weights a bf16 GEMM.
 void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const CpuContext& ctx);
+
+// Which kernels the calls above run at `isa` on this CPU, in words (logged by `bench`).
+std::string_view LinearKernelsName(IsaLevel isa);
 
 }  // namespace deepinfer

@@ -163,11 +163,12 @@ class Driver {
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
     const Job job{&w, m, groups, xs.data(), xb.data(), bf16_dot, true, y};
-    pool.ParallelForThreads(static_cast<size_t>(w.rows), [&](size_t begin, size_t end, int thread) {
-      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
-      Run(job, begin, end, tile.data());
-      RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
-    });
+    pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
+                            [&](size_t begin, size_t end, int thread) {
+                              Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
+                              Run(job, begin, end, tile.data());
+                              RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
+                            });
   }
 
   // BF16, F32, or FP8 weights standing for their bf16 dequantization (DenseLinear).
@@ -191,10 +192,11 @@ class Driver {
       Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
     });
     const Job job{&w, m, groups, xs.data(), nullptr, false, round_to_bf16, y};
-    pool.ParallelForThreads(static_cast<size_t>(w.rows), [&](size_t begin, size_t end, int thread) {
-      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
-      Run(job, begin, end, tile.data());
-    });
+    pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
+                            [&](size_t begin, size_t end, int thread) {
+                              Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
+                              Run(job, begin, end, tile.data());
+                            });
   }
 
  private:
@@ -237,6 +239,13 @@ class Driver {
   };
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+  // Small matrices run on fewer threads (ThreadPool::kMinBytesPerPart): a row costs its weight
+  // bytes once per streaming tile's worth of activation rows.
+  static size_t MinRowsPerPart(const WeightMatrix& w, int64_t m) {
+    const uint64_t row_bytes = w.bytes() / static_cast<uint64_t>(w.rows);
+    return ThreadPool::MinItemsPerPart(static_cast<size_t>(row_bytes * ((m + kStreamMaxM - 1) / kStreamMaxM)));
+  }
 
   // Whether every e4m3 code times its block scale is a normal bf16 (or zero / NaN for the NaN
   // codes): then the kernels' FP8 decoders produce exactly FloatToBF16(E4M3ToFloat(c) * scale).
