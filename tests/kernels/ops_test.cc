@@ -181,5 +181,81 @@ TEST(SparseAttentionWithSink, HeadInvariantAndDeterministicBitwise) {
   }
 }
 
+// The SIMD dot product's order, written out: two 16-lane FMA accumulators over 32-element
+// steps, one more 16-element step into the first, the fixed tree (v = acc0 + acc1, then halves
+// of 8, 4, 2, 1), a sequential tail. Every SIMD level must give exactly these bits.
+float SimdDotOrder(const float* a, const float* b, int64_t n) {
+  float acc0[16] = {}, acc1[16] = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int l = 0; l < 16; ++l) {
+      acc0[l] = std::fma(a[i + l], b[i + l], acc0[l]);
+      acc1[l] = std::fma(a[i + 16 + l], b[i + 16 + l], acc1[l]);
+    }
+  }
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) acc0[l] = std::fma(a[i + l], b[i + l], acc0[l]);
+  }
+  float v[16], s8[8], s4[4];
+  for (int l = 0; l < 16; ++l) v[l] = acc0[l] + acc1[l];
+  for (int l = 0; l < 8; ++l) s8[l] = v[l] + v[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  float sum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+TEST(DotProduct, EverySimdLevelFollowsTheStatedOrderBitwise) {
+  std::vector<float> a(1000), b(1000);
+  uint64_t state = 5;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) * 0x1p-20f;
+  };
+  for (float& v : a) v = next();
+  for (float& v : b) v = next();
+  // The data tells the orders apart: the sequential sum has other bits.
+  EXPECT_NE(std::bit_cast<uint32_t>(DotProduct(IsaLevel::kScalar, a.data(), b.data(), 1000)),
+            std::bit_cast<uint32_t>(SimdDotOrder(a.data(), b.data(), 1000)));
+  for (const IsaLevel isa : SupportedIsaLevels()) {
+    if (isa == IsaLevel::kScalar) continue;
+    for (int64_t n : {0, 7, 16, 31, 32, 48, 64, 100, 512, 1000}) {
+      const float expected = SimdDotOrder(a.data(), b.data(), n);
+      EXPECT_EQ(std::bit_cast<uint32_t>(DotProduct(isa, a.data(), b.data(), n)), std::bit_cast<uint32_t>(expected))
+          << IsaName(isa) << " n " << n;
+    }
+  }
+}
+
+// The SIMD attention levels agree bit for bit (they differ from the oracle only in the q.k
+// order, which DotProduct pins down), and each head is computed on its own.
+TEST(SparseAttentionWithSink, SimdLevelsAgreeBitwiseAndAreHeadInvariant) {
+  for (const std::string& name : kAttnCases) {
+    SCOPED_TRACE(name);
+    const AttnCase c = LoadAttnCase(name);
+    ASSERT_EQ(c.dim % 16, 0) << "the SIMD attention paths need head_dim % 16 == 0";
+    std::vector<IsaLevel> simd;
+    for (const IsaLevel isa : SupportedIsaLevels()) {
+      if (isa != IsaLevel::kScalar) simd.push_back(isa);
+    }
+    for (int t = 0; t < c.m; ++t) {
+      const auto entries = c.Entries(t);
+      std::vector<float> first;
+      for (const IsaLevel isa : simd) {
+        const std::vector<float> all = c.Run(t, isa);
+        if (first.empty()) first = all;
+        ASSERT_EQ(0, std::memcmp(all.data(), first.data(), all.size() * sizeof(float))) << IsaName(isa);
+        for (int h = 0; h < c.heads; ++h) {
+          std::vector<float> one(c.dim);
+          SparseAttentionWithSink(isa, c.q.data() + (static_cast<int64_t>(t) * c.heads + h) * c.dim, 1, c.dim, entries,
+                                  c.sink.data() + h, c.scale, one.data());
+          ASSERT_EQ(0, std::memcmp(one.data(), all.data() + h * c.dim, c.dim * sizeof(float)))
+              << IsaName(isa) << " query " << t << " head " << h;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -87,6 +87,7 @@ namespace deepinfer {
 
 float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
   if (isa == IsaLevel::kAvx512) return DotProductAvx512(a, b, n);
+  if (isa == IsaLevel::kAvx2) return DotProductAvx2(a, b, n);
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
@@ -97,6 +98,8 @@ void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t di
                              float* scratch) {
   if (isa == IsaLevel::kAvx512 && dim % 16 == 0) {
     SparseAttentionWithSinkAvx512(q, heads, dim, entries, sink, softmax_scale, out, scratch);
+  } else if (isa == IsaLevel::kAvx2 && dim % 16 == 0) {
+    SparseAttentionWithSinkAvx2(q, heads, dim, entries, sink, softmax_scale, out, scratch);
   } else {
     SparseAttentionWithSink(q, heads, dim, entries, sink, softmax_scale, out, scratch);
   }

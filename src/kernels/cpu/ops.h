@@ -28,19 +28,23 @@ constexpr int64_t SparseAttentionScratchFloats(int64_t dim) { return kSparseAtte
 void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                              const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
 
-// The same on the SIMD level `isa` allows. At kAvx512 only the summation order of each q.k
-// dot product differs from the scalar oracle (P.V is elementwise and rounds identically), so
-// outputs stay within fp32 rounding of it, independent of other queries and heads.
+// The same on the SIMD level `isa` allows. At kAvx512 and kAvx2 (head_dim % 16 == 0) only the
+// summation order of each q.k dot product differs from the scalar oracle (P.V is elementwise and
+// rounds identically), so outputs stay within fp32 rounding of it, independent of other queries
+// and heads; the two SIMD levels give the same bits.
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
                              std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                              float* scratch = nullptr);
 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                                    const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
+void SparseAttentionWithSinkAvx2(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
+                                 const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
 
 // sum_i a[i] * b[i] in fp32: sequential at kScalar; 2x16 lanes and a fixed reduction tree
-// at kAvx512. Deterministic for a given level.
+// at kAvx512 and kAvx2 (the same bits). Deterministic for a given level.
 float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n);
 float DotProductAvx512(const float* a, const float* b, int64_t n);
+float DotProductAvx2(const float* a, const float* b, int64_t n);
 
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
