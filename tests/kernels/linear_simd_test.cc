@@ -626,7 +626,7 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
       std::normal_distribution<float> normal(0.0f, 1.0f);
       for (float& v : x) v = normal(rng);
     }
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 9, 37}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 37}) {
       const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense);
       for (const Target& t : Targets()) {
         for (int threads : {1, 2}) {

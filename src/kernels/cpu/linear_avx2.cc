@@ -326,7 +326,7 @@ void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const
   }
 }
 
-// ---- streaming tiles (M <= 4): NR * MR <= 4 elements, two 8-lane accumulators each ---------------
+// ---- streaming tiles (M <= 8): NR * MR <= 6 elements, two 8-lane accumulators each ---------------
 
 // acc[r][n][h] = fma(x_even, w_even, fma(x_odd, w_odd, acc)): the canonical step for one half.
 #define DI_STEP(acc, xr, we, wo) \
@@ -336,18 +336,18 @@ void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const
 template <MatrixFormat F, int NR, int MR>
 void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstride, int64_t groups, float (*out)[4]) {
   __m256 acc[MR][NR][2];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int n = 0; n < NR; ++n) {
         __m256 we, wo;
         dec.Load(rs, n, g, h, we, wo);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) DI_STEP(acc[r][n][h], x + r * xstride + g * kGroup + 8 * h, we, wo);
       }
     }
@@ -367,15 +367,15 @@ void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const
                int64_t groups, float (*out)[4], bool& nan_seen) {
   const uint8_t* rows[NR];
   const uint8_t* row_scales[NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int n = 0; n < NR; ++n) {
     rows[n] = w.data + (n0 + n) * (F == MatrixFormat::kFP4Row32 ? w.cols / 2 : w.cols);
     row_scales[n] = F == MatrixFormat::kFP4Row32 ? w.scales + (n0 + n) * w.scale_cols() : nullptr;
   }
   __m256 acc[MR][NR][2];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
   __m256i nan = _mm256_setzero_si256();
   // The rows are contiguous, and short ones (wq_b: 1280 bytes) end before the hardware prefetcher
@@ -386,11 +386,11 @@ void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const
   const int64_t ahead = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
   for (int64_t g = 0; g < groups; ++g) {
     if ((g * kGroupBytes) % 64 == 0) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int n = 0; n < NR; ++n)
         _mm_prefetch(reinterpret_cast<const char*>(rows[n] + g * kGroupBytes + ahead), _MM_HINT_T0);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) {
       __m256 even_lo, odd_lo, even_hi, odd_hi;
       if constexpr (F == MatrixFormat::kFP4Row32) {
@@ -398,11 +398,19 @@ void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const
       } else {
         DecodeFp8Group(rows[n] + g * kGroup, _mm256_set1_ps(fp8_scales[g]), even_lo, odd_lo, even_hi, odd_hi, nan);
       }
-#pragma GCC unroll 4
+      // All odd products first, then the even ones: each accumulator's two steps stay in
+      // order, and the FMAs in flight are independent.
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const float* xr = x + r * xstride + g * kGroup;
-        DI_STEP(acc[r][n][0], xr, even_lo, odd_lo);
-        DI_STEP(acc[r][n][1], xr + 8, even_hi, odd_hi);
+        acc[r][n][0] = _mm256_fmadd_ps(_mm256_load_ps(xr + 16), odd_lo, acc[r][n][0]);
+        acc[r][n][1] = _mm256_fmadd_ps(_mm256_load_ps(xr + 24), odd_hi, acc[r][n][1]);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const float* xr = x + r * xstride + g * kGroup;
+        acc[r][n][0] = _mm256_fmadd_ps(_mm256_load_ps(xr), even_lo, acc[r][n][0]);
+        acc[r][n][1] = _mm256_fmadd_ps(_mm256_load_ps(xr + 8), even_hi, acc[r][n][1]);
       }
     }
   }
@@ -567,6 +575,10 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   }
 }
 
+// Up to 6 activation rows in one pass (12 accumulator chains at NR = 1: the speculative
+// verify step is 6 tokens); 7 and 8 rows in two passes of 4 and the rest.
+constexpr int64_t kAvx2StreamMaxM = 8;
+
 template <MatrixFormat F>
 void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
   switch (job.m) {
@@ -576,12 +588,26 @@ void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
       return StreamRowsT<F, 2>(job, b, e, s);
     case 3:
       return StreamRowsT<F, 3>(job, b, e, s);
-    default:
+    case 4:
       return StreamRowsT<F, 4>(job, b, e, s);
+    case 5:
+      return StreamRowsT<F, 5>(job, b, e, s);
+    case 6:
+      return StreamRowsT<F, 6>(job, b, e, s);
+    default: {
+      Job first = job, rest = job;
+      first.m = 4;
+      rest.m = job.m - 4;
+      rest.xs = job.xs + 4 * job.groups * kGroup;
+      rest.y = job.y + 4 * job.w->rows;
+      StreamRowsT<F, 4>(first, b, e, s);
+      return Stream<F>(rest, b, e, s);
+    }
   }
 }
 
 struct Avx2 {
+  static constexpr int64_t kStreamMaxM = kAvx2StreamMaxM;
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t*) {
     return PrepareQuantized(f, x, k, xs);
   }

@@ -561,6 +561,7 @@ struct PrepDenseFn {
 };
 
 struct Avx512 {
+  static constexpr int64_t kStreamMaxM = linear_simd::kStreamMaxM;
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t* xb) {
     return ByFormat<PrepQuantFn>(f, x, k, xs, xb);
   }

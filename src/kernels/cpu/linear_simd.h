@@ -72,7 +72,7 @@ void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y,
 namespace linear_simd {
 
 inline constexpr int64_t kGroup = 32;      // K elements per canonical group (16 pairs)
-inline constexpr int64_t kStreamMaxM = 4;  // up to this many rows: weights streamed once (GEMV tiles)
+inline constexpr int64_t kStreamMaxM = 4;  // default Isa::kStreamMaxM: up to this many rows, GEMV tiles
 inline constexpr int64_t kPanelN = 4;      // GEMM: weight rows per decoded panel
 inline constexpr int64_t kPanelM = 4;      // GEMM: activation rows per register tile
 inline constexpr int64_t kMaxK = 1 << 20;  // FoldIsExact's overflow bound assumes K <= 2^20
@@ -142,7 +142,8 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
 //   void PrepareDenseRow(x, k, format, xs_row)
 //   ExpRange ScaleRange(ue8m0 bytes, count)
 //   size_t ScratchBytes(groups, m)
-//   void StreamRows(job, n_begin, n_end, scratch)   m <= kStreamMaxM: weights read once
+//   int64_t kStreamMaxM                            rows up to which StreamRows runs
+//   void StreamRows(job, n_begin, n_end, scratch)   m <= Isa::kStreamMaxM: weights streamed
 //   void PanelRows(job, n_begin, n_end, scratch)    GEMM: decoded panels reused over M
 template <class Isa>
 class Driver {
@@ -152,7 +153,7 @@ class Driver {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
     // The vdpbf16ps tiles (FP8 GEMV) read bf16 pairs.
-    const bool pairs = bf16_dot && m <= kStreamMaxM && w.format == MatrixFormat::kFP8Block32;
+    const bool pairs = bf16_dot && m <= Isa::kStreamMaxM && w.format == MatrixFormat::kFP8Block32;
     Array<float> xs = Activations(m, groups, scratch);
     Array<uint32_t> xb(pairs ? m * groups * (kGroup / 2) : 0, scratch, 0, kPairsSlot);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
@@ -257,14 +258,14 @@ class Driver {
 
   // Canonical activation rows; for the GEMM path m is rounded up to its tile with zero rows.
   static Array<float> Activations(int64_t m, int64_t groups, ThreadScratch* scratch) {
-    const int64_t rows = m > kStreamMaxM ? RoundUp(m, kPanelM) : m;
+    const int64_t rows = m > Isa::kStreamMaxM ? RoundUp(m, kPanelM) : m;
     Array<float> xs(rows * groups * kGroup, scratch, 0, kActivationsSlot);
     std::memset(xs.data() + m * groups * kGroup, 0, sizeof(float) * (rows - m) * groups * kGroup);
     return xs;
   }
 
   static void Run(const Job& job, size_t begin, size_t end, unsigned char* scratch) {
-    if (job.m <= kStreamMaxM) {
+    if (job.m <= Isa::kStreamMaxM) {
       Isa::StreamRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
     } else {
       Isa::PanelRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
