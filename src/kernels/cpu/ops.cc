@@ -27,8 +27,9 @@ void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin,
   }
 }
 
-void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                             const float* sink, float softmax_scale, float* out, float* scratch) {
+void SparseAttentionBlocks(const AttentionLoops& loops, const float* q, int heads, int64_t dim,
+                           std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
+                           float* scratch) {
   const size_t count = entries.size();
   std::vector<float> owned;
   if (scratch == nullptr) {
@@ -52,9 +53,7 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
           scores[k] = -INFINITY;
           continue;
         }
-        float dot = 0.0f;
-        for (int64_t d = 0; d < dim; ++d) dot += qh[d] * kv[d];
-        scores[k] = dot * softmax_scale;
+        scores[k] = loops.dot(qh, kv, dim) * softmax_scale;
         block_max = std::max(block_max, scores[k]);
       }
       const float new_max = std::max(running_max, block_max);
@@ -70,15 +69,38 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
       for (size_t k = 0; k < block; ++k) {
         const float* kv = entries[start + k];
         if (kv == nullptr) continue;
-        const float p = RoundToBF16(scores[k]);
-        for (int64_t d = 0; d < dim; ++d) block_acc[d] += p * kv[d];
+        loops.add_scaled(block_acc, RoundToBF16(scores[k]), kv, dim);
       }
-      for (int64_t d = 0; d < dim; ++d) acc[d] = acc[d] * rescale + block_acc[d];
+      loops.rescale_add(acc, rescale, block_acc, dim);
       running_max = new_max;
     }
     sum_exp += std::exp(sink[h] - running_max);
     for (int64_t d = 0; d < dim; ++d) out[h * dim + d] = RoundToBF16(acc[d] / sum_exp);
   }
+}
+
+namespace {
+
+float SequentialDot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void AddScaled(float* block_acc, float p, const float* kv, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) block_acc[d] += p * kv[d];
+}
+
+void RescaleAdd(float* acc, float scale, const float* block_acc, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) acc[d] = acc[d] * scale + block_acc[d];
+}
+
+}  // namespace
+
+void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
+                             const float* sink, float softmax_scale, float* out, float* scratch) {
+  static constexpr AttentionLoops kScalar{SequentialDot, AddScaled, RescaleAdd};
+  SparseAttentionBlocks(kScalar, q, heads, dim, entries, sink, softmax_scale, out, scratch);
 }
 
 }  // namespace deepinfer
@@ -88,9 +110,7 @@ namespace deepinfer {
 float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
   if (isa == IsaLevel::kAvx512) return DotProductAvx512(a, b, n);
   if (isa == IsaLevel::kAvx2) return DotProductAvx2(a, b, n);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  return SequentialDot(a, b, n);
 }
 
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,

@@ -35,6 +35,19 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
                              std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                              float* scratch = nullptr);
+// The online-softmax skeleton every level runs (the oracle's algorithm above); the levels differ
+// only in its three dim-long loops, which must keep the oracle's roundings apart from the q.k
+// summation order: block_acc += p * kv and acc = acc * scale + block_acc, each a multiply then
+// an add (the build has -ffp-contract=off, so the skeleton's own arithmetic is the same in every
+// translation unit).
+struct AttentionLoops {
+  float (*dot)(const float* q, const float* kv, int64_t dim);
+  void (*add_scaled)(float* block_acc, float p, const float* kv, int64_t dim);
+  void (*rescale_add)(float* acc, float scale, const float* block_acc, int64_t dim);
+};
+void SparseAttentionBlocks(const AttentionLoops& loops, const float* q, int heads, int64_t dim,
+                           std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
+                           float* scratch);
 void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                                    const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
 void SparseAttentionWithSinkAvx2(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
