@@ -305,6 +305,32 @@ TestMatrix MakeFp8Any(int64_t n, int64_t k, const std::vector<uint8_t>& scale_by
   return t;
 }
 
+// The weights and activations of one invariance case: dense FP8 with usual scales at `offset`,
+// dense bf16/f32, or quantized with scale bytes in [scale_lo, scale_hi] (60..190: most sums
+// inexact, so an order change would show); dense activations are fp32 N(0, 1), quantized ones
+// MakeActivations'.
+struct CaseOperands {
+  TestMatrix w;
+  std::vector<float> x;
+};
+CaseOperands MakeCaseOperands(MatrixFormat format, int64_t n, int64_t k, bool dense, int64_t m, std::mt19937_64& rng,
+                              int64_t offset, int scale_lo = 60, int scale_hi = 190) {
+  CaseOperands c;
+  if (dense && format == MatrixFormat::kFP8Block32) {
+    c.w = MakeFp8Any(n, k, {118, 121, 124, 127}, rng, offset);
+  } else if (dense) {
+    c.w = MakeDense(format, n, k, rng);
+  } else {
+    c.w = MakeQuantized(format, n, k, rng, scale_lo, scale_hi, offset);
+  }
+  c.x = MakeActivations(m, k, rng);
+  if (dense) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : c.x) v = normal(rng);
+  }
+  return c;
+}
+
 // What the reference's convert.py stores: FloatToBF16 of every dequantized element.
 TestMatrix Bf16Dequantization(const WeightMatrix& w) {
   TestMatrix t;
@@ -457,19 +483,7 @@ TEST(LinearSimd, EveryRowMatchesItselfAloneForM1To17AndThreads1To3) {
       {MatrixFormat::kFP4Row32, 75, 2304, false},    {MatrixFormat::kBF16, 53, 333, true},
       {MatrixFormat::kF32, 21, 100, true},           {MatrixFormat::kFP8Block32, 101, 200, true}};
   for (const Case& c : cases) {
-    TestMatrix w;
-    if (c.dense && c.format == MatrixFormat::kFP8Block32) {
-      w = MakeFp8Any(c.n, c.k, {118, 121, 124, 127}, rng, 1);
-    } else if (c.dense) {
-      w = MakeDense(c.format, c.n, c.k, rng);
-    } else {
-      w = MakeQuantized(c.format, c.n, c.k, rng, 60, 190);  // wide scales: most sums inexact
-    }
-    std::vector<float> x = MakeActivations(17, c.k, rng);
-    if (c.dense) {
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& v : x) v = normal(rng);
-    }
+    const auto [w, x] = MakeCaseOperands(c.format, c.n, c.k, c.dense, 17, rng, c.dense ? 1 : 0);
     auto run = [&](const Target& t, const float* xr, int64_t rows, int threads) {
       // Dense outputs stay fp32, so that any change of operation order shows.
       return c.dense ? RunDense(t, w.w, xr, rows, false, threads) : RunQuantized(t, w.w, xr, rows, threads);
@@ -610,21 +624,9 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
                                    {MatrixFormat::kF32, 23, 333, true},
                                    {MatrixFormat::kFP8Block32, 41, 200, true}};
   for (const Case& c : cases) {
-    TestMatrix w;
-    if (c.dense && c.format == MatrixFormat::kFP8Block32) {
-      w = MakeFp8Any(c.n, c.k, {118, 121, 124, 127}, rng, 3);
-    } else if (c.dense) {
-      w = MakeDense(c.format, c.n, c.k, rng);
-    } else {
-      w = MakeQuantized(c.format, c.n, c.k, rng, c.scale_lo, c.scale_hi, 5);
-      if (c.nan_codes) {
-        for (int64_t i = 0; i < 6; ++i) w.data[5 + (i * 7919) % (c.n * c.k)] = i % 2 == 0 ? 0x7f : 0xff;
-      }
-    }
-    std::vector<float> x = MakeActivations(37, c.k, rng);
-    if (c.dense) {
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& v : x) v = normal(rng);
+    auto [w, x] = MakeCaseOperands(c.format, c.n, c.k, c.dense, 37, rng, c.dense ? 3 : 5, c.scale_lo, c.scale_hi);
+    if (c.nan_codes) {
+      for (int64_t i = 0; i < 6; ++i) w.data[5 + (i * 7919) % (c.n * c.k)] = i % 2 == 0 ? 0x7f : 0xff;
     }
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 37}) {
       const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense);
