@@ -483,7 +483,10 @@ TEST(LinearSimd, EveryRowMatchesItselfAloneForM1To17AndThreads1To3) {
       {MatrixFormat::kFP4Row32, 75, 2304, false},    {MatrixFormat::kBF16, 53, 333, true},
       {MatrixFormat::kF32, 21, 100, true},           {MatrixFormat::kFP8Block32, 101, 200, true}};
   for (const Case& c : cases) {
-    const auto [w, x] = MakeCaseOperands(c.format, c.n, c.k, c.dense, 17, rng, c.dense ? 1 : 0);
+    // Named references, not a structured binding: clang 14 cannot capture those in a lambda.
+    const CaseOperands operands = MakeCaseOperands(c.format, c.n, c.k, c.dense, 17, rng, c.dense ? 1 : 0);
+    const TestMatrix& w = operands.w;
+    const std::vector<float>& x = operands.x;
     auto run = [&](const Target& t, const float* xr, int64_t rows, int threads) {
       // Dense outputs stay fp32, so that any change of operation order shows.
       return c.dense ? RunDense(t, w.w, xr, rows, false, threads) : RunQuantized(t, w.w, xr, rows, threads);
@@ -624,7 +627,10 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
                                    {MatrixFormat::kF32, 23, 333, true},
                                    {MatrixFormat::kFP8Block32, 41, 200, true}};
   for (const Case& c : cases) {
-    auto [w, x] = MakeCaseOperands(c.format, c.n, c.k, c.dense, 37, rng, c.dense ? 3 : 5, c.scale_lo, c.scale_hi);
+    CaseOperands operands =
+        MakeCaseOperands(c.format, c.n, c.k, c.dense, 37, rng, c.dense ? 3 : 5, c.scale_lo, c.scale_hi);
+    TestMatrix& w = operands.w;
+    const std::vector<float>& x = operands.x;
     if (c.nan_codes) {
       for (int64_t i = 0; i < 6; ++i) w.data[5 + (i * 7919) % (c.n * c.k)] = i % 2 == 0 ? 0x7f : 0xff;
     }
