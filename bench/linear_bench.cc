@@ -326,7 +326,7 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   for (auto _ : state) {
     const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];
     if (path == Path::kAvx512Fma) {
-      QuantizedLinearAvx512(w, x.data(), m, y.data(), pool, /*bf16_dot=*/false);
+      QuantizedLinearAvx512(w, x.data(), m, y.data(), pool, Bf16Dot::kNone);
     } else if (w.quantized() && !dense) {
       QuantizedLinear(w, x.data(), m, y.data(), ctx);
     } else {

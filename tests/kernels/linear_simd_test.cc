@@ -42,15 +42,19 @@ using testing::Bits;
 struct Target {
   std::string name;
   IsaLevel isa;
-  bool bf16_dot;
+  Bf16Dot dot;
 };
 
 std::vector<Target> Targets() {
   std::vector<Target> targets;
   const IsaLevel best = DetectIsa();
-  if (best >= IsaLevel::kAvx2) targets.push_back({"avx2", IsaLevel::kAvx2, false});
-  if (best >= IsaLevel::kAvx512) targets.push_back({"avx512-fma", IsaLevel::kAvx512, false});
-  if (best >= IsaLevel::kAvx512 && CpuHasAvx512Bf16()) targets.push_back({"avx512-bf16", IsaLevel::kAvx512, true});
+  if (best >= IsaLevel::kAvx2) targets.push_back({"avx2", IsaLevel::kAvx2, Bf16Dot::kNone});
+  if (best >= IsaLevel::kAvx512) targets.push_back({"avx512-fma", IsaLevel::kAvx512, Bf16Dot::kNone});
+  if (best >= IsaLevel::kAvx512 && CpuHasAvx512Bf16()) {
+    // Both vdpbf16ps plans, whichever this CPU's vendor picks.
+    targets.push_back({"avx512-bf16-fp8gemv", IsaLevel::kAvx512, Bf16Dot::kFp8Gemv});
+    targets.push_back({"avx512-bf16", IsaLevel::kAvx512, Bf16Dot::kQuantized});
+  }
   return targets;
 }
 
@@ -61,7 +65,7 @@ std::vector<float> RunQuantized(const Target& t, const WeightMatrix& w, const fl
   ThreadPool pool(threads);
   std::vector<float> y(m * w.rows, std::nanf(""));
   if (t.isa == IsaLevel::kAvx512) {
-    QuantizedLinearAvx512(w, x, m, y.data(), pool, t.bf16_dot);
+    QuantizedLinearAvx512(w, x, m, y.data(), pool, t.dot);
   } else {
     QuantizedLinearAvx2(w, x, m, y.data(), pool);
   }

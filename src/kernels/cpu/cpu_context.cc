@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx512 = false;
   bool avx512_bf16 = false;
+  bool amd = false;
 };
 
 uint64_t ReadXcr0() {
@@ -24,6 +25,8 @@ uint64_t ReadXcr0() {
 CpuFeatures Detect() {
   CpuFeatures f;
   unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return f;
+  f.amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool osxsave = ecx & (1u << 27);
   const bool fma = ecx & (1u << 12);
@@ -72,6 +75,24 @@ IsaLevel DetectIsa() {
 }
 
 bool CpuHasAvx512Bf16() { return Detect().avx512_bf16; }
+
+std::string_view Bf16DotName(Bf16Dot use) {
+  switch (use) {
+    case Bf16Dot::kNone:
+      return "none";
+    case Bf16Dot::kFp8Gemv:
+      return "fp8 gemv";
+    case Bf16Dot::kQuantized:
+      return "fp8/fp4 gemv and gemm";
+  }
+  return "?";
+}
+
+Bf16Dot ChooseBf16Dot() {
+  const CpuFeatures f = Detect();
+  if (!f.avx512_bf16) return Bf16Dot::kNone;
+  return f.amd ? Bf16Dot::kQuantized : Bf16Dot::kFp8Gemv;
+}
 
 std::vector<IsaLevel> SupportedIsaLevels() {
   std::vector<IsaLevel> levels;

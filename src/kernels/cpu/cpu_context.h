@@ -21,6 +21,17 @@ std::optional<IsaLevel> ParseIsa(std::string_view name);  // "scalar", "avx2", "
 // present); the OS must save the wider registers (XCR0).
 IsaLevel DetectIsa();
 bool CpuHasAvx512Bf16();
+
+// Where the AVX-512 linear kernels use vdpbf16ps. The bits are the same either way (it performs
+// exactly the canonical FMA pair, linear_simd.h); this is a speed choice by core kind:
+//   kFp8Gemv   Intel: vdpbf16ps runs at half the FMA rate, so it only pays where it saves decode
+//              work (FP8 GEMV, whose e4m3 decode yields bf16 words directly).
+//   kQuantized AMD Zen 4 and later: vdpbf16ps runs at twice the FMA rate (measured: 235 vs
+//              117 GFLOP/s per core), so every FP8/FP4 GEMV tile and GEMM panel uses it.
+enum class Bf16Dot { kNone, kFp8Gemv, kQuantized };
+std::string_view Bf16DotName(Bf16Dot use);
+// kNone without AVX512-BF16; otherwise by CPU vendor as above.
+Bf16Dot ChooseBf16Dot();
 // Every level up to the detected one, lowest first: what tests run each fast path against.
 std::vector<IsaLevel> SupportedIsaLevels();
 // Every level this binary has kernels for (scalar, AVX2, AVX-512: all are always built).

@@ -13,8 +13,8 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
   // SIMD paths (linear_simd.h): same numerics contract on every ISA level; the scalar code below
   // stays the oracle they are tested against.
   if (ctx.isa != IsaLevel::kScalar && w.cols <= linear_simd::kMaxK) {
-    static const bool bf16_dot = CpuHasAvx512Bf16();  // CPUID is a VM exit: ask once
-    if (ctx.isa == IsaLevel::kAvx512) return QuantizedLinearAvx512(w, x, m, y, ctx.pool, bf16_dot, ctx.scratch);
+    static const Bf16Dot dot = ChooseBf16Dot();  // CPUID is a VM exit: ask once
+    if (ctx.isa == IsaLevel::kAvx512) return QuantizedLinearAvx512(w, x, m, y, ctx.pool, dot, ctx.scratch);
     return QuantizedLinearAvx2(w, x, m, y, ctx.pool, ctx.scratch);
   }
   const int64_t k_blocks = w.cols / kQuantBlock;
@@ -88,7 +88,15 @@ void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const Cp
 std::string_view LinearKernelsName(IsaLevel isa) {
   switch (isa) {
     case IsaLevel::kAvx512:
-      return CpuHasAvx512Bf16() ? "avx512: fp8 gemv on vdpbf16ps, fp4 and gemm on fma" : "avx512: fma tiles and panels";
+      switch (ChooseBf16Dot()) {
+        case Bf16Dot::kQuantized:
+          return "avx512: fp8/fp4 gemv and gemm on vdpbf16ps, dense on fma";
+        case Bf16Dot::kFp8Gemv:
+          return "avx512: fp8 gemv on vdpbf16ps, fp4 and gemm on fma";
+        case Bf16Dot::kNone:
+          break;
+      }
+      return "avx512: fma tiles and panels";
     case IsaLevel::kAvx2:
       return "avx2: fp4 gemv by vpshufb bf16 tables, fp8 gemv by shift decode, fma panels";
     case IsaLevel::kScalar:

@@ -626,6 +626,7 @@ struct Avx2 {
     return {mn - 127, mx - 127};
   }
   static size_t ScratchBytes(int64_t groups, int64_t) { return Scratch::Bytes(groups); }
+  static bool UsesPairs(MatrixFormat, int64_t, Bf16Dot) { return false; }  // no vdpbf16ps
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     Scratch s(scratch, job.groups);
     switch (job.w->format) {
@@ -658,7 +659,7 @@ struct Avx2 {
 
 void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
                          ThreadScratch* scratch) {
-  linear_simd::Driver<Avx2>::Quantized(w, x, m, y, pool, /*bf16_dot=*/false, scratch);
+  linear_simd::Driver<Avx2>::Quantized(w, x, m, y, pool, Bf16Dot::kNone, scratch);
 }
 
 void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,

@@ -10,11 +10,16 @@
 //     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs
 //     (M % 4 leftover rows: a 1-3 row tile, no padding work).
 // DenseLinear also takes FP8 weights (wo_a): they decode to exactly their bf16 dequantization.
-// Instruction choice, measured on this Xeon (linear_bench, and the notes at each decoder):
-// vdpbf16ps does the work of two FMAs but runs at one per ~2 cycles and keeps both vector ports
-// busy meanwhile, so it only pays where it saves decode work: FP8 GEMV (bf16 words come straight
-// out of the e4m3 decode; the FMA path would have to split them into fp32 halves). FP4 decodes
-// directly to fp32 pair halves and uses FMAs; the GEMM and dense paths use FMAs (2 per cycle).
+// Instruction choice (Bf16Dot, cpu_context.h; the bits are the same either way):
+//   * Intel Xeon (kFp8Gemv): vdpbf16ps does the work of two FMAs but runs at one per ~2 cycles
+//     and keeps both vector ports busy meanwhile, so it only pays where it saves decode work: FP8
+//     GEMV (bf16 words come straight out of the e4m3 decode). FP4 decodes directly to fp32 pair
+//     halves and uses FMAs; the GEMM and dense paths use FMAs (2 per cycle).
+//   * AMD Zen 4 (kQuantized): vdpbf16ps runs at twice the FMA rate, so FP8 and FP4 GEMV tiles and
+//     the FP8/FP4 GEMM panels all use it; FP4 decodes to bf16 with one word shift and one vpermw
+//     per group. Measured (linear_bench, 2 threads): FP4 expert GEMV 336 -> 265 us, FP8 wo_b 1.92
+//     -> 1.64 ms, GEMM at M = 512 70% (FP4) and 63% (FP8) of the vdpbf16ps peak.
+//   Dense weights (bf16 / f32 activations, inexact products) always use FMAs.
 // GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
 // (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
 #pragma GCC diagnostic push
@@ -22,6 +27,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+
+#include <type_traits>
 
 #include "kernels/cpu/linear_simd.h"
 
@@ -212,6 +219,41 @@ inline void DecodeFp4(const uint8_t* p, uint8_t scale, const Fp4Shifts& shifts, 
   odd = _mm512_permutexvar_ps(_mm512_srlv_epi32(bytes, shifts.odd), table);
 }
 
+// e2m1 * 2^(s-127) -> bf16 pairs in the FP4 pair order, for vdpbf16ps: with the 16 bytes in every
+// 128-bit lane, word 2i of dword i holds nibbles 8(i%4)..+3 and word 2i+1 nibbles 8(i%4)+4..+7, so
+// one per-lane word shift by 4 * (i / 4) brings PairK's even / odd nibble to the bottom of each
+// word, and vpermw looks it up in kFp4Bf16[s] (the 16 values twice: vpermw reads 5 index bits, the
+// fifth is the next nibble's). 2 shuffle-port ops per 32 weights, where the fp32 decode takes 4.
+struct Fp4Bf16TableSet {
+  alignas(64) uint16_t t[256][32];
+};
+constexpr Fp4Bf16TableSet MakeFp4Bf16Tables() {
+  Fp4Bf16TableSet set{};
+  for (int scale = 0; scale < 256; ++scale) {
+    for (int i = 0; i < 32; ++i)
+      set.t[scale][i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(kFp4Tables.t[scale][i % 16]) >> 16);
+  }
+  return set;
+}
+constexpr Fp4Bf16TableSet kFp4Bf16 = MakeFp4Bf16Tables();
+
+inline __m512i DecodeFp4Pairs(const uint8_t* p, uint8_t scale) {
+  const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i shifts = _mm512_set_epi16(12, 12, 12, 12, 12, 12, 12, 12, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4,
+                                          4, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_epi16(_mm512_srlv_epi16(bytes, shifts), _mm512_load_si512(kFp4Bf16.t[scale]));
+}
+
+// One group of one quantized row as bf16 pairs (FP8: memory order, FP4: its pair order).
+template <MatrixFormat F>
+inline __m512i DecodePairs(const uint8_t* p, uint8_t scale) {
+  if constexpr (F == MatrixFormat::kFP4Row32) {
+    return DecodeFp4Pairs(p, scale);
+  } else {
+    return DecodeE4M3(p, scale);
+  }
+}
+
 // A tile's rows: row i starts at row0 + i * stride and its per-group ue8m0 bytes (FP4: the row's;
 // FP8: its 32-row block's) at scales0 + i * scales_stride.
 // (A base and a stride rather than 16 pointers: with 32 pointers the loop spilled them and the
@@ -278,25 +320,32 @@ struct FmaDecoder {
 #endif
 constexpr int64_t kStreamPrefetch = DI_PF;
 
-// FP8: NR weight rows x MR activation rows with vdpbf16ps; x: MR rows of bf16 pairs, stride
+// FP8 / FP4: NR weight rows x MR activation rows with vdpbf16ps; x: MR rows of bf16 pairs, stride
 // xstride. Each weight group is decoded and used at once (few live registers, so NR can be 16).
-template <int NR, int MR>
+// The loops are unrolled explicitly: GCC 12 left the NR loop rolled, and every accumulator went
+// through the stack once per group (FP8 GEMV 52% -> ~80% of the bandwidth on Zen 4 unrolled).
+template <MatrixFormat F, int NR, int MR>
 void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t groups, float (*out)[kMaxTileN]) {
   __m512 acc[MR][NR];
-  for (auto& row : acc)
-    for (auto& a : row) a = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512i xv[MR];
+#pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_load_si512(x + r * xstride + g * 16);
-    const uint8_t* p = t.row0 + g * 32;
+    const uint8_t* p = t.row0 + g * GroupBytes(F);
     const uint8_t* sc = t.scales0 + g;
+#pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
-      if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
-      const __m512i w = DecodeE4M3(p, *sc);
+      if ((g * GroupBytes(F)) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
+      const __m512i w = DecodePairs<F>(p, *sc);
       p += t.stride;
       Opaque(p);
       sc += t.scales_stride;
       Opaque(sc);
+#pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)xv[r], (__m512bh)w);
     }
   }
@@ -309,15 +358,19 @@ template <MatrixFormat F, int NR, int MR>
 void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_t xstride, int64_t groups,
              float (*out)[kMaxTileN]) {
   __m512 acc[MR][NR];
-  for (auto& row : acc)
-    for (auto& a : row) a = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512 xe[MR], xo[MR];
+#pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
     }
     const uint8_t* p = t.row0 + g * GroupBytes(F);
     const uint8_t* sc = kQuantized<F> ? t.scales0 + g : nullptr;  // bf16/f32 rows have no scales
+#pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
       if ((g * GroupBytes(F)) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
       __m512 we, wo;
@@ -328,6 +381,7 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
         sc += t.scales_stride;
         Opaque(sc);
       }
+#pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, _mm512_fmadd_ps(xo[r], wo, acc[r][n]));
     }
   }
@@ -353,7 +407,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = RowBytes(F, w.cols);
-  const bool dp = kFp8 && job.bf16_dot;
+  const bool dp = job.pairs;
   const FmaDecoder<F> dec{w.cols};
   float out[MR][kMaxTileN];
   // Tile of nr rows: first, first + stride_rows, ...
@@ -362,11 +416,14 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
     const int64_t scale_stride = kFp8 ? stride_rows / kQuantBlock * w.scale_cols() : stride_rows * w.scale_cols();
     const TileRows t{w.data + first * row_bytes, stride_rows * row_bytes,
                      kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
-    if (kFp8 && dp) {
-      nr == kNR ? TileDp<kNR, MR>(t, job.xb, groups * 16, groups, out)
-      : nr == 4 ? TileDp<4, MR>(t, job.xb, groups * 16, groups, out)
-                : TileDp<1, MR>(t, job.xb, groups * 16, groups, out);
-    } else {
+    if constexpr (kQuantized<F>) {
+      if (dp) {
+        nr == kNR ? TileDp<F, kNR, MR>(t, job.xb, groups * 16, groups, out)
+        : nr == 4 ? TileDp<F, 4, MR>(t, job.xb, groups * 16, groups, out)
+                  : TileDp<F, 1, MR>(t, job.xb, groups * 16, groups, out);
+      }
+    }
+    if (!dp) {
       nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out)
       : nr == 4 ? TileFma<F, 4, MR>(t, dec, job.xs, xstride, groups, out)
                 : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
@@ -439,28 +496,67 @@ void MicroMx4(const float* panel, const float* x, int64_t xstride, int64_t group
   for (int i = 0; i < MR * 4; ++i) _mm512_store_ps(reinterpret_cast<float*>(acc_io + i), acc[i / 4][i % 4]);
 }
 
-void Micro(int64_t mr, const float* panel, const float* x, int64_t xstride, int64_t groups, __m512* acc,
-           const char* prefetch, int64_t prefetch_lines) {
+// The same tile on vdpbf16ps: panel [group][row][16 bf16 pairs], x rows of bf16 pairs (stride in
+// dwords). One instruction per pair vector where MicroMx4 takes two FMAs.
+template <int MR>
+void MicroDpMx4(const uint32_t* panel, const uint32_t* x, int64_t xstride, int64_t groups, __m512* acc_io,
+                const char* prefetch, int64_t prefetch_lines) {
+  __m512 acc[MR][4];
+  for (int i = 0; i < MR * 4; ++i) acc[i / 4][i % 4] = _mm512_load_ps(reinterpret_cast<const float*>(acc_io + i));
+  for (int64_t g = 0; g < groups; ++g) {
+    if (g < prefetch_lines) _mm_prefetch(prefetch + g * 64, _MM_HINT_T1);
+    const uint32_t* p = panel + g * kPanelN * 16;
+    __m512i xv[MR];
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_load_si512(x + r * xstride + g * 16);
+    for (int n = 0; n < 4; ++n) {
+      const __m512i w = _mm512_load_si512(p + n * 16);
+      for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)xv[r], (__m512bh)w);
+    }
+  }
+  for (int i = 0; i < MR * 4; ++i) _mm512_store_ps(reinterpret_cast<float*>(acc_io + i), acc[i / 4][i % 4]);
+}
+
+// One register tile of mr (1-4) activation rows; T is float (FMA panels) or uint32_t (bf16 pairs).
+template <class T>
+void Micro(int64_t mr, const T* panel, const T* x, int64_t xstride, int64_t groups, __m512* acc, const char* prefetch,
+           int64_t prefetch_lines) {
+  auto run = [&]<int MR>() {
+    if constexpr (std::is_same_v<T, float>) {
+      MicroMx4<MR>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+    } else {
+      MicroDpMx4<MR>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+    }
+  };
   switch (mr) {
     case 1:
-      return MicroMx4<1>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+      return run.template operator()<1>();
     case 2:
-      return MicroMx4<2>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+      return run.template operator()<2>();
     case 3:
-      return MicroMx4<3>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+      return run.template operator()<3>();
     default:
-      return MicroMx4<4>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
+      return run.template operator()<4>();
   }
 }
 
 // Weight rows [n_begin, n_end), m > 4. Per block of activation rows (their canonical rows stay in
 // L2, ~1 MiB) and per 4-row panel, K chunk by K chunk: decode the chunk of the 4 weight rows to fp32
-// [group][row][even | odd] (16 KiB, stays in L1), then let every 4-row activation tile of the block
-// run 4x4 register tiles of FMAs on it, its accumulators parked in `acc` between chunks.
-template <MatrixFormat F>
-void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __m512* acc) {
+// [group][row][even | odd] (16 KiB, stays in L1) - or, with kDp, to bf16 pairs [group][row][16]
+// (8 KiB) - then let every 4-row activation tile of the block run 4x4 register tiles of FMAs
+// (vdpbf16ps) on it, its accumulators parked in `acc` between chunks.
+template <MatrixFormat F, bool kDp>
+void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_floats, __m512* acc) {
+  using T = std::conditional_t<kDp, uint32_t, float>;
+  constexpr int64_t kRowGroup = kDp ? 16 : kGroup;  // T elements per row and group
+  T* panel = reinterpret_cast<T*>(panel_floats);
+  const T* xs;
+  if constexpr (kDp) {
+    xs = job.xb;
+  } else {
+    xs = job.xs;
+  }
   const WeightMatrix& w = *job.w;
-  const int64_t groups = job.groups, xstride = groups * kGroup;
+  const int64_t groups = job.groups, xstride = groups * kRowGroup;
   const int64_t row_bytes = RowBytes(F, w.cols);
   const FmaDecoder<F> dec{w.cols};
   const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
@@ -484,17 +580,22 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel, __
           const int64_t scale_row = F == MatrixFormat::kFP8Block32 ? (n0 + i) / kQuantBlock : n0 + i;
           const uint8_t* ue8m0 = kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr;
           for (int64_t g = g0; g < g0 + gc; ++g) {
-            __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();  // rows past the end stay zero
-            if (i < nr) dec.Load(row + g * GroupBytes(F), ue8m0 ? ue8m0[g] : 0, g, even, odd);
-            float* p = panel + ((g - g0) * kPanelN + i) * kGroup;
-            _mm512_store_ps(p, even);
-            _mm512_store_ps(p + 16, odd);
+            T* p = panel + ((g - g0) * kPanelN + i) * kRowGroup;
+            if constexpr (kDp) {
+              const __m512i words = i < nr ? DecodePairs<F>(row + g * GroupBytes(F), ue8m0[g]) : _mm512_setzero_si512();
+              _mm512_store_si512(p, words);
+            } else {
+              __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();  // rows past the end stay zero
+              if (i < nr) dec.Load(row + g * GroupBytes(F), ue8m0 ? ue8m0[g] : 0, g, even, odd);
+              _mm512_store_ps(p, even);
+              _mm512_store_ps(p + 16, odd);
+            }
           }
         }
         for (int64_t r0 = m0; r0 < m1; r0 += kPanelM, ++call) {
           const int64_t first_line = std::min(call * per_call, next_lines);
-          Micro(std::min(kPanelM, job.m - r0), panel, job.xs + r0 * xstride + g0 * kGroup, xstride, gc,
-                acc + (r0 - m0) / kPanelM * 16, next + first_line * 64, std::min(per_call, next_lines - first_line));
+          Micro<T>(std::min(kPanelM, job.m - r0), panel, xs + r0 * xstride + g0 * kRowGroup, xstride, gc,
+                   acc + (r0 - m0) / kPanelM * 16, next + first_line * 64, std::min(per_call, next_lines - first_line));
         }
       }
       for (int64_t r = m0; r < std::min(m1, job.m); ++r) {
@@ -541,7 +642,11 @@ template <MatrixFormat F>
 struct PanelFn {
   static void Call(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     float* panel = reinterpret_cast<float*>(scratch);
-    PanelRowsT<F>(job, b, e, panel, reinterpret_cast<__m512*>(panel + Scratch::kPanelFloats));
+    __m512* acc = reinterpret_cast<__m512*>(panel + Scratch::kPanelFloats);
+    if constexpr (kQuantized<F>) {
+      if (job.pairs) return PanelRowsT<F, true>(job, b, e, panel, acc);
+    }
+    PanelRowsT<F, false>(job, b, e, panel, acc);
   }
 };
 template <MatrixFormat F>
@@ -587,6 +692,16 @@ struct Avx512 {
     return {mn - 127, mx - 127};
   }
   static size_t ScratchBytes(int64_t groups, int64_t m) { return Scratch::Bytes(groups, m); }
+  static bool UsesPairs(MatrixFormat f, int64_t m, Bf16Dot dot) {
+    switch (f) {
+      case MatrixFormat::kFP8Block32:
+        return dot == Bf16Dot::kQuantized || (dot == Bf16Dot::kFp8Gemv && m <= kStreamMaxM);
+      case MatrixFormat::kFP4Row32:
+        return dot == Bf16Dot::kQuantized;
+      default:
+        return false;
+    }
+  }
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char*) {
     ByFormat<StreamFn>(job.w->format, job, b, e);
   }
@@ -597,9 +712,9 @@ struct Avx512 {
 
 }  // namespace
 
-void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot,
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, Bf16Dot dot,
                            ThreadScratch* scratch) {
-  linear_simd::Driver<Avx512>::Quantized(w, x, m, y, pool, bf16_dot, scratch);
+  linear_simd::Driver<Avx512>::Quantized(w, x, m, y, pool, dot, scratch);
 }
 
 void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,

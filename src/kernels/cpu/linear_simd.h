@@ -12,8 +12,9 @@
 //   2. Lane i of a 16-lane fp32 accumulator does, for each group in turn,
 //          acc_i = fl(acc_i + x[k_odd] * w[k_odd]);  acc_i = fl(acc_i + x[k_even] * w[k_even]).
 //      For the quantized formats every product is exact in fp32 (<= 8 significant bits), so this
-//      is both two FMAs and exactly one `vdpbf16ps` on (even, odd) bf16 pairs: measured on this
-//      Xeon, vdpbf16ps adds the odd product first and rounds after each add (see the test).
+//      is both two FMAs and exactly one `vdpbf16ps` on (even, odd) bf16 pairs: measured on Intel
+//      Xeon and AMD Zen 4, vdpbf16ps adds the odd product first and rounds after each add (see the
+//      test).
 //      Dense weights use FMAs only (fp32 activations make the products inexact).
 //   3. The 16 lanes are summed as a fixed tree: (i, i+8), then (i, i+4), (i, i+2), (i, i+1).
 //   4. Output: NaN becomes the canonical quiet NaN; quantized (and round_to_bf16) outputs are
@@ -53,14 +54,15 @@
 #include "core/thread_pool.h"
 #include "core/thread_scratch.h"
 #include "io/weight_matrix.h"
+#include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
 
-// Entry points; callers check the CPU first (CpuContext::isa comes from ChooseIsa). With
-// `bf16_dot` the AVX-512 GEMV tiles of FP8 weights use vdpbf16ps (needs AVX512-BF16); the bits are
-// the same either way.
+// Entry points; callers check the CPU first (CpuContext::isa comes from ChooseIsa). `dot` says
+// which AVX-512 kernels use vdpbf16ps (anything but kNone needs AVX512-BF16, ChooseBf16Dot); the
+// bits are the same either way.
 // `scratch` (optional): per-thread buffers kept between calls; without it each call allocates.
-void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot,
+void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, Bf16Dot dot,
                            ThreadScratch* scratch = nullptr);
 void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
                        ThreadScratch* scratch = nullptr);
@@ -103,11 +105,13 @@ struct ExpRange {
 // Everything a kernel needs; read-only while the threads run.
 struct Job {
   const WeightMatrix* w = nullptr;
-  int64_t m = 0;                 // activation rows
-  int64_t groups = 0;            // ceil(K / 32)
-  const float* xs = nullptr;     // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
-  const uint32_t* xb = nullptr;  // vdpbf16ps tiles: [m][groups][16] bf16 pairs (odd << 16 | even)
-  bool bf16_dot = false;
+  int64_t m = 0;              // activation rows
+  int64_t groups = 0;         // ceil(K / 32)
+  const float* xs = nullptr;  // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
+  // vdpbf16ps kernels (Isa::UsesPairs): [m, rounded up like xs][groups][16] bf16 pairs
+  // (odd << 16 | even) of the same canonical operands.
+  const uint32_t* xb = nullptr;
+  bool pairs = false;
   bool round_to_bf16 = false;
   float* y = nullptr;  // [m][w->rows]
 };
@@ -141,6 +145,7 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
 //   ExpRange PrepareQuantizedRow(x, k, format, xs_row, xb_row_or_null)   (activation scales)
 //   void PrepareDenseRow(x, k, format, xs_row)
 //   ExpRange ScaleRange(ue8m0 bytes, count)
+//   bool UsesPairs(format, m, dot)                 whether the kernels read Job::xb
 //   size_t ScratchBytes(groups, m)
 //   int64_t kStreamMaxM                            rows up to which StreamRows runs
 //   void StreamRows(job, n_begin, n_end, scratch)   m <= Isa::kStreamMaxM: weights streamed
@@ -148,14 +153,14 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
 template <class Isa>
 class Driver {
  public:
-  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, bool bf16_dot,
+  static void Quantized(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, Bf16Dot dot,
                         ThreadScratch* scratch) {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
-    // The vdpbf16ps tiles (FP8 GEMV) read bf16 pairs.
-    const bool pairs = bf16_dot && m <= Isa::kStreamMaxM && w.format == MatrixFormat::kFP8Block32;
+    const bool pairs = Isa::UsesPairs(w.format, m, dot);
     Array<float> xs = Activations(m, groups, scratch);
-    Array<uint32_t> xb(pairs ? m * groups * (kGroup / 2) : 0, scratch, 0, kPairsSlot);
+    Array<uint32_t> xb(pairs ? ActivationRows(m) * groups * (kGroup / 2) : 0, scratch, 0, kPairsSlot);
+    if (pairs) std::memset(xb.data() + m * groups * 16, 0, sizeof(uint32_t) * (ActivationRows(m) - m) * groups * 16);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       act[r] = Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup,
@@ -163,7 +168,7 @@ class Driver {
     });
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
-    const Job job{&w, m, groups, xs.data(), xb.data(), bf16_dot, true, y};
+    const Job job{&w, m, groups, xs.data(), xb.data(), pairs, true, y};
     pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
                             [&](size_t begin, size_t end, int thread) {
                               Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
@@ -257,8 +262,9 @@ class Driver {
   }
 
   // Canonical activation rows; for the GEMM path m is rounded up to its tile with zero rows.
+  static int64_t ActivationRows(int64_t m) { return m > Isa::kStreamMaxM ? RoundUp(m, kPanelM) : m; }
   static Array<float> Activations(int64_t m, int64_t groups, ThreadScratch* scratch) {
-    const int64_t rows = m > Isa::kStreamMaxM ? RoundUp(m, kPanelM) : m;
+    const int64_t rows = ActivationRows(m);
     Array<float> xs(rows * groups * kGroup, scratch, 0, kActivationsSlot);
     std::memset(xs.data() + m * groups * kGroup, 0, sizeof(float) * (rows - m) * groups * kGroup);
     return xs;
