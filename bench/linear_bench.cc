@@ -303,7 +303,9 @@ std::vector<float> Activations(int64_t m, int64_t k) {
 
 // ---- kernels -------------------------------------------------------------------------------------
 
-enum class Path { kDefault, kAvx512Fma, kAvx2, kScalar };
+// kAvx512Fma / kAvx512Fp8Dot: the AVX-512 kernels with vdpbf16ps off / on the FP8 GEMV only (the
+// Intel plan, Bf16Dot::kFp8Gemv), whatever this CPU's default plan is.
+enum class Path { kDefault, kAvx512Fma, kAvx512Fp8Dot, kAvx2, kScalar };
 
 // Args: {M, threads}. `dense`: FP8 weights through DenseLinear (no activation quantization).
 void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Path path, bool dense_round,
@@ -314,6 +316,7 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   const IsaLevel best = DetectIsa();
   if (best == IsaLevel::kScalar) return state.SkipWithError("needs AVX2");
   if (path == Path::kAvx512Fma && best < IsaLevel::kAvx512) return state.SkipWithError("needs AVX-512");
+  if (path == Path::kAvx512Fp8Dot && !HasBf16()) return state.SkipWithError("needs AVX512-BF16");
   const bool streaming = m <= 16;  // GEMV: stream >= 1 GiB of weights; GEMM: one copy, compute-bound
   const Weights& weights = GetWeights(f, n, k, streaming, misalign);
   const std::vector<float> x = Activations(m, k);
@@ -325,8 +328,9 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   size_t next = 0;
   for (auto _ : state) {
     const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];
-    if (path == Path::kAvx512Fma) {
-      QuantizedLinearAvx512(w, x.data(), m, y.data(), pool, Bf16Dot::kNone);
+    if (path == Path::kAvx512Fma || path == Path::kAvx512Fp8Dot) {
+      QuantizedLinearAvx512(w, x.data(), m, y.data(), pool,
+                            path == Path::kAvx512Fma ? Bf16Dot::kNone : Bf16Dot::kFp8Gemv);
     } else if (w.quantized() && !dense) {
       QuantizedLinear(w, x.data(), m, y.data(), ctx);
     } else {
@@ -367,6 +371,11 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4R
     ->Args({1, 2})
     ->Args({16, 2})
     ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_fp8dot, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fp8Dot,
+                  true)
+    ->Args({1, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)
     ->Args({1, 2})
     ->Args({16, 2})
@@ -397,6 +406,10 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120
 BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx512fma, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fma,
                   true)
     ->Args({1, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_fp8dot, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fp8Dot,
+                  true)
+    ->Args({512, 2})
     ->Apply(Configure);
 // Rows 16 bytes past a cache-line boundary: every other 32-byte FP8 group load splits two lines.
 BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_misaligned16, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault,
