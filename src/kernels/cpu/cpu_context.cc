@@ -76,18 +76,6 @@ IsaLevel DetectIsa() {
 
 bool CpuHasAvx512Bf16() { return Detect().avx512_bf16; }
 
-std::string_view Bf16DotName(Bf16Dot use) {
-  switch (use) {
-    case Bf16Dot::kNone:
-      return "none";
-    case Bf16Dot::kFp8Gemv:
-      return "fp8 gemv";
-    case Bf16Dot::kQuantized:
-      return "fp8/fp4 gemv and gemm";
-  }
-  return "?";
-}
-
 Bf16Dot ChooseBf16Dot() {
   const CpuFeatures f = Detect();
   if (!f.avx512_bf16) return Bf16Dot::kNone;

@@ -29,7 +29,6 @@ bool CpuHasAvx512Bf16();
 //   kQuantized AMD Zen 4 and later: vdpbf16ps runs at twice the FMA rate (measured: 235 vs
 //              117 GFLOP/s per core), so every FP8/FP4 GEMV tile and GEMM panel uses it.
 enum class Bf16Dot { kNone, kFp8Gemv, kQuantized };
-std::string_view Bf16DotName(Bf16Dot use);
 // kNone without AVX512-BF16; otherwise by CPU vendor as above.
 Bf16Dot ChooseBf16Dot();
 // Every level up to the detected one, lowest first: what tests run each fast path against.

@@ -119,9 +119,12 @@ ExpRange PrepareQuantized(const float* x, int64_t k, float* xs, uint32_t* xb) {
     const __m512 q1 = RoundE4M3(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_div_ps(v1, s))));
     const __m512 x0 = _mm512_mul_ps(q0, s), x1 = _mm512_mul_ps(q1, s);
     const __m512 even = _mm512_permutex2var_ps(x0, even_idx, x1), odd = _mm512_permutex2var_ps(x0, odd_idx, x1);
-    _mm512_store_ps(xs + g * kGroup, even);
-    _mm512_store_ps(xs + g * kGroup + 16, odd);
-    if (xb != nullptr) _mm512_store_si512(xb + g * 16, PackPairs(even, odd));
+    if (xs != nullptr) {
+      _mm512_store_ps(xs + g * kGroup, even);
+      _mm512_store_ps(xs + g * kGroup + 16, odd);
+    } else {
+      _mm512_store_si512(xb + g * 16, PackPairs(even, odd));
+    }
   }
   return range;
 }
@@ -407,7 +410,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = RowBytes(F, w.cols);
-  const bool dp = job.pairs;
+  const bool dp = job.xb != nullptr;
   const FmaDecoder<F> dec{w.cols};
   float out[MR][kMaxTileN];
   // Tile of nr rows: first, first + stride_rows, ...
@@ -644,7 +647,7 @@ struct PanelFn {
     float* panel = reinterpret_cast<float*>(scratch);
     __m512* acc = reinterpret_cast<__m512*>(panel + Scratch::kPanelFloats);
     if constexpr (kQuantized<F>) {
-      if (job.pairs) return PanelRowsT<F, true>(job, b, e, panel, acc);
+      if (job.xb != nullptr) return PanelRowsT<F, true>(job, b, e, panel, acc);
     }
     PanelRowsT<F, false>(job, b, e, panel, acc);
   }

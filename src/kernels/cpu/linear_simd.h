@@ -105,13 +105,12 @@ struct ExpRange {
 // Everything a kernel needs; read-only while the threads run.
 struct Job {
   const WeightMatrix* w = nullptr;
-  int64_t m = 0;              // activation rows
-  int64_t groups = 0;         // ceil(K / 32)
-  const float* xs = nullptr;  // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
-  // vdpbf16ps kernels (Isa::UsesPairs): [m, rounded up like xs][groups][16] bf16 pairs
-  // (odd << 16 | even) of the same canonical operands.
-  const uint32_t* xb = nullptr;
-  bool pairs = false;
+  int64_t m = 0;       // activation rows
+  int64_t groups = 0;  // ceil(K / 32)
+  // Exactly one of xs / xb is set: the kernels run on fp32 FMAs, or (Isa::UsesPairs) on
+  // vdpbf16ps.
+  const float* xs = nullptr;     // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
+  const uint32_t* xb = nullptr;  // [m, rounded up like xs][groups][16] bf16 pairs (odd << 16 | even)
   bool round_to_bf16 = false;
   float* y = nullptr;  // [m][w->rows]
 };
@@ -142,7 +141,7 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
 
 // Drives one call: prepares the activations, partitions the weight rows statically over the
 // pool and falls back to the oracle replica where FoldIsExact fails. Isa provides:
-//   ExpRange PrepareQuantizedRow(x, k, format, xs_row, xb_row_or_null)   (activation scales)
+//   ExpRange PrepareQuantizedRow(x, k, format, xs_row, xb_row)  one of them null (activation scales)
 //   void PrepareDenseRow(x, k, format, xs_row)
 //   ExpRange ScaleRange(ue8m0 bytes, count)
 //   bool UsesPairs(format, m, dot)                 whether the kernels read Job::xb
@@ -158,17 +157,17 @@ class Driver {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
     const bool pairs = Isa::UsesPairs(w.format, m, dot);
-    Array<float> xs = Activations(m, groups, scratch);
-    Array<uint32_t> xb(pairs ? ActivationRows(m) * groups * (kGroup / 2) : 0, scratch, 0, kPairsSlot);
-    if (pairs) std::memset(xb.data() + m * groups * 16, 0, sizeof(uint32_t) * (ActivationRows(m) - m) * groups * 16);
+    Array<float> xs = Activations<float>(pairs ? 0 : m, groups * kGroup, scratch, kActivationsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(pairs ? m : 0, groups * (kGroup / 2), scratch, kPairsSlot);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
-      act[r] = Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup,
-                                        pairs ? xb.data() + r * groups * (kGroup / 2) : nullptr);
+      act[r] =
+          Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, pairs ? nullptr : xs.data() + r * groups * kGroup,
+                                   pairs ? xb.data() + r * groups * (kGroup / 2) : nullptr);
     });
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
-    const Job job{&w, m, groups, xs.data(), xb.data(), pairs, true, y};
+    const Job job{&w, m, groups, xs.data(), xb.data(), true, y};
     pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
                             [&](size_t begin, size_t end, int thread) {
                               Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
@@ -193,11 +192,11 @@ class Driver {
       return Dense(bf16, x, m, y, round_to_bf16, pool, scratch);
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
-    Array<float> xs = Activations(m, groups, scratch);
+    Array<float> xs = Activations<float>(m, groups * kGroup, scratch, kActivationsSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
     });
-    const Job job{&w, m, groups, xs.data(), nullptr, false, round_to_bf16, y};
+    const Job job{&w, m, groups, xs.data(), nullptr, round_to_bf16, y};
     pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
                             [&](size_t begin, size_t end, int thread) {
                               Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
@@ -261,13 +260,14 @@ class Driver {
     return b.lo >= -117 && b.hi <= 118;
   }
 
-  // Canonical activation rows; for the GEMM path m is rounded up to its tile with zero rows.
-  static int64_t ActivationRows(int64_t m) { return m > Isa::kStreamMaxM ? RoundUp(m, kPanelM) : m; }
-  static Array<float> Activations(int64_t m, int64_t groups, ThreadScratch* scratch) {
-    const int64_t rows = ActivationRows(m);
-    Array<float> xs(rows * groups * kGroup, scratch, 0, kActivationsSlot);
-    std::memset(xs.data() + m * groups * kGroup, 0, sizeof(float) * (rows - m) * groups * kGroup);
-    return xs;
+  // Canonical activation rows (fp32 or bf16 pairs) of `row_size` elements; for the GEMM path m is
+  // rounded up to its tile with zero rows. m = 0: none.
+  template <class T>
+  static Array<T> Activations(int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
+    const int64_t rows = m > Isa::kStreamMaxM ? RoundUp(m, kPanelM) : m;
+    Array<T> rows_array(rows * row_size, scratch, 0, slot);
+    if (rows > m) std::memset(rows_array.data() + m * row_size, 0, sizeof(T) * (rows - m) * row_size);
+    return rows_array;
   }
 
   static void Run(const Job& job, size_t begin, size_t end, unsigned char* scratch) {
