@@ -96,13 +96,31 @@ cmake --build build-fuzz -j"$jobs" --target "${fuzzers[@]}"
 seconds="${FUZZ_SECONDS:-30}"
 corpus=$(mktemp -d)
 # run_fuzzer BINARY SEEDS|- [libFuzzer flags...]
+# A finding prints the fuzzer's report and the input that caused it (base64), so a CI log alone is
+# enough to reproduce it: base64 -d > unit && BINARY unit.
 run_fuzzer() {
   local binary=$1 seeds=$2
   shift 2
-  local dirs=("$corpus/$(basename "$binary")")
+  local name
+  name=$(basename "$binary")
+  local dirs=("$corpus/$name")
   mkdir -p "${dirs[0]}"
   [ "$seeds" = - ] || dirs+=("$seeds")
-  "$binary" -max_total_time="$seconds" -timeout=10 "$@" "${dirs[@]}" 2>&1 | tail -n 2
+  local status=0
+  "$binary" -max_total_time="$seconds" -timeout=10 -artifact_prefix="$corpus/$name-" "$@" "${dirs[@]}" \
+    > "$corpus/$name.log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "fuzzer $name found a failing input (exit $status); its report:"
+    grep -v -e '^[[:space:]]*NEW_FUNC' -e '^#[0-9]' "$corpus/$name.log" | tail -n 80
+    for unit in "$corpus/$name"-*; do
+      [ -f "$unit" ] || continue
+      echo "input $(basename "$unit") ($(stat -c %s "$unit") bytes), base64:"
+      base64 -w 0 "$unit"
+      echo
+    done
+    return "$status"
+  fi
+  tail -n 2 "$corpus/$name.log"
 }
 run_fuzzer build-fuzz/tests/tokenizer/fuzz/tokenizer_fuzz - -max_len=4096
 run_fuzzer build-fuzz/tests/chat/fuzz/output_parser_fuzz - -dict=tests/chat/fuzz/dsml.dict

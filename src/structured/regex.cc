@@ -55,8 +55,9 @@ class RegexParser {
   }
 
  private:
+  // The pattern is the user's text and may hold newlines; an error message stays on one line.
   [[noreturn]] void Fail(const std::string& what) const {
-    throw MakeError("regex /", source_, "/: ", what, " at offset ", i_);
+    throw MakeError("regex /", Printable(source_), "/: ", what, " at offset ", i_);
   }
   bool AtEnd() const { return i_ >= p_.size(); }
   char32_t Peek(size_t ahead = 0) const { return i_ + ahead < p_.size() ? p_[i_ + ahead] : 0; }

@@ -254,6 +254,10 @@ TEST(StructuredOutputTest, ErrorsNameTheField) {
   EXPECT_THAT(FrontDoorError(R"({"guided_choice": []})"), HasSubstr("non-empty array of strings"));
   EXPECT_THAT(FrontDoorError(R"({"structured_outputs": {"grammar": "root ::= x"}})"),
               HasSubstr("structured_outputs: grammar: not supported"));
+  // A key or pattern with a newline (found by chat_request_fuzz) still gives a one-line error.
+  EXPECT_THAT(FrontDoorError(R"({"structured_outputs": {"rege\nx": "[)*:\nab"}})"),
+              HasSubstr("structured_outputs: rege?x: not supported"));
+  EXPECT_THAT(FrontDoorError(R"({"guided_regex": "[)*:\nab"})"), HasSubstr("regex /[)*:?ab/: missing ']'"));
   EXPECT_THAT(FrontDoorError(R"({"structured_outputs": {"regex": "a", "choice": ["a"]}})"), HasSubstr("exactly one"));
   EXPECT_THAT(FrontDoorError(R"({"guided_regex": "a", "response_format": {"type": "json_object"}})"),
               HasSubstr("guided_regex | guided_regex: cannot be combined with response_format"));

@@ -288,6 +288,9 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreNamed) {
   EXPECT_THAT(ErrorOf(R"({"type": "string", "minLength": -1})"),
               HasSubstr("\"minLength\" must be a non-negative integer"));
   EXPECT_THAT(ErrorOf(R"({"properties": {"a": 5}})"), HasSubstr("#/properties/a: expected a schema"));
+  // Keys are the user's text: a newline in one does not make a multi-line message.
+  EXPECT_EQ(ErrorOf(R"({"properties": {"a\nb": {"x\ny": 1}}})"),
+            "#/properties/a?b: unsupported JSON Schema keyword \"x?y\"");
   EXPECT_THAT(ErrorOf(R"({"type": "integer", "minimum": 3, "maximum": 2})"), HasSubstr("admits no output"));
   EXPECT_THAT(ErrorOf(R"({"enum": [{"a": 1}], "minProperties": 1})"), HasSubstr("\"minProperties\""));
   EXPECT_THAT(ErrorOf(R"({"enum": [{"a": 1}], "maxLength": 1})"),

@@ -203,5 +203,11 @@ TEST(RegexTest, UnsupportedSyntaxIsAnError) {
   EXPECT_THAT(ErrorOf("a\\"), HasSubstr("trailing backslash"));
 }
 
+// The pattern is quoted in the message; one holding a newline (found by chat_request_fuzz) must
+// still give a one-line error.
+TEST(RegexTest, ErrorQuotingAMultiLinePatternStaysOnOneLine) {
+  EXPECT_EQ(ErrorOf("[)*:\nab"), "regex /[)*:?ab/: missing ']' at offset 7");
+}
+
 }  // namespace
 }  // namespace deepinfer
