@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -10,12 +11,31 @@ namespace {
 
 // About 0.1-0.3 ms of pause instructions before a thread blocks.
 constexpr int kSpinIterations = 4096;
+// A spinning thread gives its core away this often: on a loaded machine (more runnable threads
+// than cores) a waiting worker would otherwise take CPU time from the thread doing the work. On
+// an idle core the yield returns at once.
+constexpr int kSpinsPerYield = 64;
 
-inline void CpuRelax() {
+// One step of a spin wait.
+inline void SpinPause(int spin) {
+  if (spin % kSpinsPerYield == kSpinsPerYield - 1) {
+    std::this_thread::yield();
+    return;
+  }
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
+
+// The claim word of ThreadPool: generation, part count, next unclaimed part.
+constexpr uint64_t kPartBits = 16;
+constexpr uint64_t kPartMask = (uint64_t{1} << kPartBits) - 1;
+uint64_t PackClaim(uint32_t generation, int parts) {
+  return uint64_t{generation} << 2 * kPartBits | static_cast<uint64_t>(parts) << kPartBits;
+}
+uint32_t GenerationOf(uint64_t claim) { return static_cast<uint32_t>(claim >> 2 * kPartBits); }
+int PartsOf(uint64_t claim) { return static_cast<int>(claim >> kPartBits & kPartMask); }
+int NextPartOf(uint64_t claim) { return static_cast<int>(claim & kPartMask); }
 
 std::pair<size_t, size_t> RangeOf(size_t total, int parts, int index) {
   const size_t base = total / parts;
@@ -32,13 +52,13 @@ int ThreadPool::MaxThreads() {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (num_threads > MaxThreads()) {
+  if (num_threads > MaxThreads() || static_cast<uint64_t>(num_threads) > kPartMask) {
     throw MakeError("thread pool: ", num_threads, " threads is more than ", kMaxThreadsPerHardwareThread,
                     " per hardware thread (at most ", MaxThreads(), " here)");
   }
   workers_.reserve(static_cast<size_t>(num_threads - 1));
   try {
-    for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+    for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   } catch (const std::exception& e) {
     // The destructor does not run for a half-built object: stop and join the started workers
     // here, or their joinable std::threads would terminate the process (and the condition
@@ -78,66 +98,64 @@ void ThreadPool::ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<v
     body(0, n, 0);
     return;
   }
+  uint32_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;
     total_ = n;
-    parts_ = parts;
     first_error_ = nullptr;
-    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);  // every worker acknowledges
-    generation_.fetch_add(1, std::memory_order_release);
+    parts_done_.store(0, std::memory_order_relaxed);
+    generation = GenerationOf(claim_.load(std::memory_order_relaxed)) + 1;
+    claim_.store(PackClaim(generation, parts), std::memory_order_release);
   }
   work_ready_.notify_all();
-  std::exception_ptr own_error;
-  try {
-    const std::pair<size_t, size_t> range = RangeOf(n, parts, 0);
-    if (range.first < range.second) GuardMappedReads([&] { body(range.first, range.second, 0); });
-  } catch (...) {
-    own_error = std::current_exception();
+  RunClaimedParts(generation);
+  for (int spin = 0; spin < kSpinIterations && parts_done_.load(std::memory_order_acquire) != parts; ++spin) {
+    SpinPause(spin);
   }
-  for (int spin = 0; spin < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++spin) CpuRelax();
   std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  work_done_.wait(lock, [&] { return parts_done_.load(std::memory_order_acquire) == parts; });
   body_ = nullptr;
-  if (own_error) std::rethrow_exception(own_error);
-  if (first_error_) std::rethrow_exception(first_error_);
+  if (first_error_) std::rethrow_exception(std::exchange(first_error_, nullptr));
 }
 
-void ThreadPool::WorkerLoop(int worker_index) {
-  uint64_t seen_generation = 0;
-  for (;;) {
-    uint64_t generation = generation_.load(std::memory_order_acquire);
-    for (int spin = 0;
-         spin < kSpinIterations && generation == seen_generation && !stopping_.load(std::memory_order_acquire);
-         ++spin) {
-      CpuRelax();
-      generation = generation_.load(std::memory_order_acquire);
+void ThreadPool::RunClaimedParts(uint32_t generation) {
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  while (GenerationOf(claim) == generation && NextPartOf(claim) < PartsOf(claim)) {
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      continue;  // `claim` now holds the current word
     }
-    if (generation == seen_generation) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] {
-        return stopping_.load(std::memory_order_acquire) ||
-               generation_.load(std::memory_order_acquire) != seen_generation;
-      });
-      generation = generation_.load(std::memory_order_acquire);
-    }
-    if (stopping_.load(std::memory_order_acquire)) return;
-    seen_generation = generation;
-    const FunctionRef<void(size_t, size_t, int)>* body = body_;
-    const size_t total = total_;
-    const int parts = parts_;
+    const int part = NextPartOf(claim), parts = PartsOf(claim);
     try {
-      const std::pair<size_t, size_t> range =
-          worker_index < parts ? RangeOf(total, parts, worker_index) : std::pair<size_t, size_t>{0, 0};
-      if (range.first < range.second) GuardMappedReads([&] { (*body)(range.first, range.second, worker_index); });
+      const std::pair<size_t, size_t> range = RangeOf(total_, parts, part);
+      if (range.first < range.second) GuardMappedReads([&] { (*body_)(range.first, range.second, part); });
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!first_error_) first_error_ = std::current_exception();
     }
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (parts_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts) {
       std::lock_guard<std::mutex> lock(mutex_);
       work_done_.notify_one();
     }
+    claim = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  uint32_t seen_generation = 0;
+  const auto has_news = [&] {
+    return stopping_.load(std::memory_order_acquire) ||
+           GenerationOf(claim_.load(std::memory_order_acquire)) != seen_generation;
+  };
+  for (;;) {
+    for (int spin = 0; spin < kSpinIterations && !has_news(); ++spin) SpinPause(spin);
+    if (!has_news()) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_ready_.wait(lock, has_news);
+    }
+    if (stopping_.load(std::memory_order_acquire)) return;
+    seen_generation = GenerationOf(claim_.load(std::memory_order_acquire));
+    RunClaimedParts(seen_generation);
   }
 }
 

@@ -1,16 +1,20 @@
-// A persistent pool of worker threads with static partitioning.
+// A persistent pool of worker threads with static partitioning and dynamic claiming.
 //
-// ParallelFor splits [0, n) into one contiguous range per thread (the caller's thread takes
-// the first), so a given thread count always assigns the same rows to the same thread and
-// nothing about the result depends on timing. Work functions may throw: the first exception
-// is captured and rethrown on the calling thread.
+// ParallelFor splits [0, n) into fixed contiguous parts (part k is always the same range for a
+// given n and part count), so nothing about the result depends on timing. The parts are claimed
+// by whichever thread gets to them first, the caller included: a worker that the OS has not
+// scheduled (a loaded machine, a vCPU the host took away) never holds the call up, because the
+// caller runs its part itself. So a call is never much slower than running it on one thread.
+// Work functions may throw: the first exception is captured and rethrown on the calling thread.
 //
 // A forward issues hundreds of ParallelFor calls microseconds apart, and waking a sleeping
 // thread costs tens of microseconds here, so workers (and the caller, for completion) spin
 // briefly before blocking on a condition variable.
 //
-// Each range runs inside GuardMappedReads (core/mapped_file.h): a SIGBUS from a truncated
+// Each part runs inside GuardMappedReads (core/mapped_file.h): a SIGBUS from a truncated
 // mapped file in a task becomes a MappedFileFault rethrown on the caller like any exception.
+//
+// Thread contract: one caller at a time (calls are not reentrant: a body must not call the pool).
 #pragma once
 
 #include <atomic>
@@ -44,8 +48,8 @@ class ThreadPool {
 
   // Calls body(begin, end) on disjoint ranges covering [0, n). Blocks until all are done.
   void ParallelFor(size_t n, FunctionRef<void(size_t begin, size_t end)> body);
-  // The same, also passing the part index (0 is the calling thread, < size()): the range's
-  // thread-owned scratch.
+  // The same, also passing the part index (< size()), whichever thread runs it: no two threads
+  // run one part at once, so the index selects part-owned scratch (core/thread_scratch.h).
   void ParallelForThreads(size_t n, FunctionRef<void(size_t begin, size_t end, int thread)> body);
   // The same, in as many parts as give each at least `min_per_part` items (at least 1, at most
   // size()); one part runs inline on the caller. For work too small to pay for a hand-off.
@@ -62,19 +66,22 @@ class ThreadPool {
   }
 
  private:
-  void WorkerLoop(int worker_index);
+  void WorkerLoop();
+  // Claims and runs parts of the call of `generation` until none is left.
+  void RunClaimedParts(uint32_t generation);
   void StopWorkers();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  // Published by the caller before `generation_` is bumped (release), read after (acquire).
+  // The current call: generation (high 32 bits), part count (16) and next unclaimed part (16).
+  // A successful claim (acquire) sees body_ and total_, which the caller wrote before publishing
+  // the generation (release), and they stay unchanged until that part is done.
+  std::atomic<uint64_t> claim_{0};
   const FunctionRef<void(size_t, size_t, int)>* body_ = nullptr;
   size_t total_ = 0;
-  int parts_ = 0;  // of the current call; workers at or past it have nothing to do
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<int> parts_done_{0};
   std::atomic<bool> stopping_{false};
   std::exception_ptr first_error_;  // guarded by mutex_
 };

@@ -1,15 +1,19 @@
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -81,6 +85,66 @@ TEST(ThreadPool, MinimumPerPartBoundsTheParts) {
   EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart * 2), 1u);
   EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart / 4), 4u);
   EXPECT_EQ(ThreadPool::MinItemsPerPart(0), ThreadPool::kMinBytesPerPart);
+}
+
+std::set<long> ThreadIdsOfThisProcess() {
+  std::set<long> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    ids.insert(std::stol(entry.path().filename().string()));
+  }
+  return ids;
+}
+
+// A signal handler is the one way to stop a single thread from outside, so it needs these.
+std::atomic<bool> worker_parked{false};
+std::atomic<bool> release_worker{false};
+void ParkUntilReleased(int) {
+  worker_parked.store(true);
+  while (!release_worker.load()) {
+  }
+}
+
+// A worker that is not running (here parked in a signal handler; in practice a vCPU the host took
+// away or a loaded machine) does not hold the call up: the caller runs every part itself, with
+// the same ranges and part indices.
+TEST(ThreadPool, APartNoWorkerHasTakenRunsOnTheCaller) {
+  const std::set<long> before = ThreadIdsOfThisProcess();
+  ThreadPool pool(2);
+  std::vector<long> started;
+  for (long id : ThreadIdsOfThisProcess()) {
+    if (!before.count(id)) started.push_back(id);
+  }
+  ASSERT_EQ(started.size(), 1u) << "expected the pool's one worker thread";
+  struct sigaction park {
+  }, previous{};
+  park.sa_handler = ParkUntilReleased;
+  sigemptyset(&park.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &park, &previous), 0);
+  worker_parked = false;
+  release_worker = false;
+  ASSERT_EQ(::syscall(SYS_tgkill, ::getpid(), started[0], SIGUSR1), 0);
+  while (!worker_parked.load()) std::this_thread::yield();
+
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex mutex;
+  std::vector<std::pair<size_t, int>> parts;
+  bool all_on_caller = true;
+  pool.ParallelForThreads(11, 1, [&](size_t begin, size_t, int part) {
+    std::lock_guard<std::mutex> lock(mutex);
+    parts.emplace_back(begin, part);
+    if (std::this_thread::get_id() != caller) all_on_caller = false;
+  });
+  release_worker = true;
+  std::sort(parts.begin(), parts.end());
+  EXPECT_EQ(parts, (std::vector<std::pair<size_t, int>>{{0, 0}, {6, 1}}));
+  EXPECT_TRUE(all_on_caller);
+  // The pool works as before once the worker is back.
+  std::atomic<int> count{0};
+  for (int round = 0; round < 100; ++round) {
+    pool.ParallelFor(10, [&](size_t begin, size_t end) { count += static_cast<int>(end - begin); });
+  }
+  EXPECT_EQ(count.load(), 1000);
+  ::sigaction(SIGUSR1, &previous, nullptr);
 }
 
 TEST(ThreadPool, ExceptionsReachTheCaller) {
