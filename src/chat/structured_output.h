@@ -30,12 +30,10 @@
 
 namespace deepinfer {
 
-// The message quotes the request's own keys and values, so it is made printable (one line).
 class StructuredOutputError : public Error {
  public:
-  static constexpr size_t kMaxMessageChars = 2000;
   StructuredOutputError(std::string field, const std::string& message)
-      : Error(field + ": " + Printable(message, kMaxMessageChars)), field_(std::move(field)) {}
+      : Error(field + ": " + message), field_(std::move(field)) {}
   // The top-level request field at fault ("response_format"), for OpenAI's error `param`.
   const std::string& field() const { return field_; }
 

@@ -2,6 +2,14 @@
 
 namespace deepinfer {
 
+std::string Error::OneLine(std::string text) {
+  for (char& c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) c = '?';
+  }
+  return text;
+}
+
 std::string Printable(std::string_view text, size_t max_chars) {
   std::string out;
   for (const char c : text) {

@@ -11,9 +11,15 @@
 
 namespace deepinfer {
 
+// Every message is one line: messages quote the user's own text (a key, a role, a tensor name, a
+// pattern), and a control byte in it (a newline, an escape sequence) becomes '?' here, once for
+// every error, so no log line or HTTP error body can be split or spoofed by one.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(OneLine(message)) {}
+
+ private:
+  static std::string OneLine(std::string text);
 };
 
 namespace detail {

@@ -115,12 +115,9 @@ std::string Child(const std::string& pointer, std::string_view token) {
   return out;
 }
 
-// Pointers and the keys, names and references quoted after them are the user's text (any string
-// a JSON key can hold); the message is made printable so that it stays on one line.
 template <typename... Args>
 [[noreturn]] void Fail(const std::string& pointer, const Args&... args) {
-  constexpr size_t kMaxMessageChars = 2000;
-  throw Error(Printable(detail::Concat(pointer, ": ", args...), kMaxMessageChars));
+  throw MakeError(pointer, ": ", args...);
 }
 
 std::optional<int64_t> Count(const Json& schema, const char* key, const std::string& pointer) {
