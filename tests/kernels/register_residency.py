@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Checks that the linear kernels' hot loops keep their accumulators in registers.
+
+A tile kernel whose innermost loop loads or stores a vector register from or to the stack (a
+spill, or an accumulator array the compiler keeps in memory) runs core-bound: on Zen 4 that cost
+FP8 30 points of bandwidth share (issue #11). This disassembles the kernel library (objdump) and,
+in every function of the families below, finds the innermost loops (a backward jump and its
+target, holding no other loop) and counts the instructions in them that name a vector register
+and an %rsp/%rbp-based address.
+
+REQUIRED families must have none: they are register-resident today at -O2 and -O3 (GCC 12), and a
+change that makes them spill fails here. Every other kernel function is reported, so the output
+is also the to-do list. Usage: register_residency.py LIBRARY.a [--report]
+"""
+import re
+import subprocess
+import sys
+
+# Demangled-name patterns (after the cleanup in short_name).
+REQUIRED = {
+    "AVX-512 vdpbf16ps GEMV tiles": re.compile(r"^TileDp<"),
+    "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4,"),
+    "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
+    "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
+}
+KERNEL = re.compile(r"^(TileDp|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows)\b")
+FORMATS = {"0": "BF16", "1": "F32", "2": "FP8", "3": "FP4"}
+
+FUNCTION = re.compile(r"^[0-9a-f]+ <(.*)>:$")
+MEMBER = re.compile(r"^(\S+?)(\.cc)?\.o:\s+file format")
+INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
+JUMP = re.compile(r"^j[a-z]+$")
+STACK_VECTOR = re.compile(r"%[xyz]mm\d+.*\((%rsp|%rbp)|\((%rsp|%rbp)[^)]*\).*%[xyz]mm\d+")
+
+
+def short_name(demangled):
+    name = re.sub(r"\(deepinfer::MatrixFormat\)(\d)", lambda m: FORMATS[m.group(1)], demangled)
+    name = re.sub(r"deepinfer::|\(anonymous namespace\)::|linear_simd::", "", name)
+    name = re.sub(r"^void ", "", name)
+    depth, out = 0, ""
+    for c in name:  # drop the parameter list: the first '(' outside template brackets
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == "(" and depth == 0:
+            break
+        out += c
+    clone = " [clone]" if "[clone" in name else ""
+    return out.strip() + clone
+
+
+def functions(library):
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", library], capture_output=True, text=True,
+                          check=True).stdout
+    member, name, body = "", None, []
+    for line in text.splitlines():
+        m = MEMBER.match(line)
+        if m:
+            member = m.group(1)
+            continue
+        m = FUNCTION.match(line)
+        if m:
+            if name:
+                yield member, name, body
+            name, body = m.group(1), []
+            continue
+        m = INSTRUCTION.match(line)
+        if m and name:
+            body.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    if name:
+        yield member, name, body
+
+
+def stack_vector_ops_in_innermost_loops(body):
+    loops = []
+    for address, op, args in body:
+        target = re.match(r"([0-9a-f]+)", args)
+        if JUMP.match(op) and target and int(target.group(1), 16) <= address:
+            loops.append((int(target.group(1), 16), address))
+    innermost = [(lo, hi) for lo, hi in loops
+                 if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
+    return [(op, args) for address, op, args in body
+            if STACK_VECTOR.search(args) and any(lo <= address <= hi for lo, hi in innermost)]
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    report = "--report" in sys.argv[2:]
+    found = {family: 0 for family in REQUIRED}
+    failures, others = [], []
+    for member, demangled, body in functions(sys.argv[1]):
+        name = short_name(demangled)
+        if not KERNEL.match(name):
+            continue
+        ops = stack_vector_ops_in_innermost_loops(body)
+        families = [f for f, pattern in REQUIRED.items() if pattern.match(name)]
+        for family in families:
+            found[family] += 1
+        if families and ops:
+            failures.append(f"{member}: {name} ({families[0]}): {len(ops)} stack vector ops in its innermost loops, "
+                            f"e.g. {ops[0][0]} {ops[0][1]}")
+        elif not families:
+            others.append(f"{len(ops):4d}  {member}: {name}")
+    missing = [family for family, count in found.items() if count == 0]
+    for family in missing:
+        failures.append(f"no function of the required family '{family}' in {sys.argv[1]} (renamed? update the check)")
+    print(f"required register-resident kernels: {sum(found.values())} functions in {len(REQUIRED)} families")
+    if report or failures:
+        print("other kernel functions (stack vector ops in innermost loops, name):")
+        print("\n".join(sorted(others, key=lambda line: line[4:])))
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
