@@ -16,15 +16,20 @@ constexpr int kSpinIterations = 4096;
 // an idle core the yield returns at once.
 constexpr int kSpinsPerYield = 64;
 
-// One step of a spin wait.
-inline void SpinPause(int spin) {
-  if (spin % kSpinsPerYield == kSpinsPerYield - 1) {
-    std::this_thread::yield();
-    return;
-  }
+// Spins until done() or about kSpinIterations pauses have passed; returns done().
+template <class Done>
+bool SpinUntil(Done done) {
+  for (int spin = 1; spin <= kSpinIterations; ++spin) {
+    if (done()) return true;
+    if (spin % kSpinsPerYield == 0) {
+      std::this_thread::yield();
+    } else {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    }
+  }
+  return done();
 }
 
 // The claim word of ThreadPool: generation, part count, next unclaimed part.
@@ -110,11 +115,10 @@ void ThreadPool::ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<v
   }
   work_ready_.notify_all();
   RunClaimedParts(generation);
-  for (int spin = 0; spin < kSpinIterations && parts_done_.load(std::memory_order_acquire) != parts; ++spin) {
-    SpinPause(spin);
-  }
-  std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [&] { return parts_done_.load(std::memory_order_acquire) == parts; });
+  const auto all_done = [&] { return parts_done_.load(std::memory_order_acquire) == parts; };
+  SpinUntil(all_done);
+  std::unique_lock<std::mutex> lock(mutex_);  // also orders first_error_
+  work_done_.wait(lock, all_done);
   body_ = nullptr;
   if (first_error_) std::rethrow_exception(std::exchange(first_error_, nullptr));
 }
@@ -148,8 +152,7 @@ void ThreadPool::WorkerLoop() {
            GenerationOf(claim_.load(std::memory_order_acquire)) != seen_generation;
   };
   for (;;) {
-    for (int spin = 0; spin < kSpinIterations && !has_news(); ++spin) SpinPause(spin);
-    if (!has_news()) {
+    if (!SpinUntil(has_news)) {
       std::unique_lock<std::mutex> lock(mutex_);
       work_ready_.wait(lock, has_news);
     }
