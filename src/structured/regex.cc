@@ -55,7 +55,7 @@ class RegexParser {
   }
 
  private:
-  // The pattern is the user's text and may hold newlines; an error message stays on one line.
+  // The pattern is the user's text and may be long: the message quotes it shortened.
   [[noreturn]] void Fail(const std::string& what) const {
     throw MakeError("regex /", Printable(source_), "/: ", what, " at offset ", i_);
   }
