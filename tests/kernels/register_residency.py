@@ -12,6 +12,7 @@ REQUIRED families must have none: they are register-resident today at -O2 and -O
 change that makes them spill fails here. Every other kernel function is reported, so the output
 is also the to-do list. Usage: register_residency.py LIBRARY.a [--report]
 """
+import pathlib
 import re
 import subprocess
 import sys
@@ -19,12 +20,23 @@ import sys
 # Demangled-name patterns (after the cleanup in short_name).
 REQUIRED = {
     "AVX-512 vdpbf16ps GEMV tiles": re.compile(r"^TileDp<"),
-    "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4,"),
+    "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4Row32,"),
     "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
     "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
 }
 KERNEL = re.compile(r"^(TileDp|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows)\b")
-FORMATS = {"0": "BF16", "1": "F32", "2": "FP8", "3": "FP4"}
+
+
+def matrix_formats():
+    """Enumerator names of MatrixFormat by value ("3" -> "FP4Row32"), read from its one definition."""
+    header = pathlib.Path(__file__).resolve().parents[2] / "src/io/weight_matrix.h"
+    m = re.search(r"enum class MatrixFormat \{([^}]*)\}", header.read_text())
+    if not m:
+        sys.exit(f"{header}: no 'enum class MatrixFormat {{...}}' (update the check)")
+    return {str(i): name.strip()[1:] for i, name in enumerate(m.group(1).split(","))}
+
+
+FORMATS = matrix_formats()
 
 FUNCTION = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 MEMBER = re.compile(r"^(\S+?)(\.cc)?\.o:\s+file format")
