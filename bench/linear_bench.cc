@@ -235,12 +235,14 @@ uint64_t Fp8Codes(uint64_t& seed) {
 struct Weights {
   MatrixFormat format;
   int64_t n, k, offset;
+  bool interleaved;
   uint8_t* data = nullptr;
   std::vector<uint8_t> scales;
+  std::vector<std::vector<uint8_t>> interleaved_copies;
   std::vector<WeightMatrix> copies;
 
-  Weights(MatrixFormat f, int64_t rows, int64_t cols, int64_t count, int64_t misalign)
-      : format(f), n(rows), k(cols), offset(misalign) {
+  Weights(MatrixFormat f, int64_t rows, int64_t cols, int64_t count, int64_t misalign, bool interleave)
+      : format(f), n(rows), k(cols), offset(misalign), interleaved(interleave) {
     const int64_t payload = f == MatrixFormat::kBF16         ? n * k * 2
                             : f == MatrixFormat::kF32        ? n * k * 4
                             : f == MatrixFormat::kFP8Block32 ? n * k
@@ -266,6 +268,10 @@ struct Weights {
     for (int64_t c = 0; c < count; ++c) {
       copies.push_back(WeightMatrix{f, n, k, data + c * stride + offset,
                                     scales.empty() ? nullptr : scales.data() + c * scale_bytes});
+      if (interleave) {
+        interleaved_copies.emplace_back(InterleavedTiles::Bytes(f, n, k));
+        copies.back().interleaved = Interleave(copies.back(), interleaved_copies.back().data());
+      }
     }
   }
   ~Weights() { std::free(data); }
@@ -274,7 +280,7 @@ struct Weights {
 };
 
 // One weight set alive at a time (the benchmarks of a shape run together), to bound memory.
-const Weights& GetWeights(MatrixFormat f, int64_t n, int64_t k, bool streaming, int64_t misalign) {
+const Weights& GetWeights(MatrixFormat f, int64_t n, int64_t k, bool streaming, int64_t misalign, bool interleave) {
   static std::unique_ptr<Weights> current;
   const uint64_t bytes = f == MatrixFormat::kBF16         ? n * k * 2
                          : f == MatrixFormat::kF32        ? n * k * 4
@@ -282,9 +288,9 @@ const Weights& GetWeights(MatrixFormat f, int64_t n, int64_t k, bool streaming, 
                                                           : n * k / 2 + n * (k / 32);
   const int64_t count = streaming ? static_cast<int64_t>((kWorkingSet + bytes - 1) / bytes) : 1;
   if (!current || current->format != f || current->n != n || current->k != k || current->offset != misalign ||
-      static_cast<int64_t>(current->copies.size()) < count) {
+      current->interleaved != interleave || static_cast<int64_t>(current->copies.size()) < count) {
     current.reset();
-    current = std::make_unique<Weights>(f, n, k, count, misalign);
+    current = std::make_unique<Weights>(f, n, k, count, misalign, interleave);
   }
   return *current;
 }
@@ -305,7 +311,9 @@ std::vector<float> Activations(int64_t m, int64_t k) {
 
 // kAvx512Fma / kAvx512Fp8Dot: the AVX-512 kernels with vdpbf16ps off / on the FP8 GEMV only (the
 // Intel plan, Bf16Dot::kFp8Gemv), whatever this CPU's default plan is.
-enum class Path { kDefault, kAvx512Fma, kAvx512Fp8Dot, kAvx2, kScalar };
+// kInterleaved: the default plan on FP8/FP4 weights that carry their interleaved copy
+// (InterleavedTiles).
+enum class Path { kDefault, kInterleaved, kAvx512Fma, kAvx512Fp8Dot, kAvx2, kScalar };
 
 // Args: {M, threads}. `dense`: FP8 weights through DenseLinear (no activation quantization).
 void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Path path, bool dense_round,
@@ -318,7 +326,10 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   if (path == Path::kAvx512Fma && best < IsaLevel::kAvx512) return state.SkipWithError("needs AVX-512");
   if (path == Path::kAvx512Fp8Dot && !HasBf16()) return state.SkipWithError("needs AVX512-BF16");
   const bool streaming = m <= 16;  // GEMV: stream >= 1 GiB of weights; GEMM: one copy, compute-bound
-  const Weights& weights = GetWeights(f, n, k, streaming, misalign);
+  const bool interleave = path == Path::kInterleaved;
+  if (interleave && f != MatrixFormat::kFP4Row32 && f != MatrixFormat::kFP8Block32)
+    return state.SkipWithError("interleaving is for FP8/FP4");
+  const Weights& weights = GetWeights(f, n, k, streaming, misalign, interleave);
   const std::vector<float> x = Activations(m, k);
   std::vector<float> y(m * n);
   const double bw = streaming ? MeasuredBandwidth(threads) : 0.0;
@@ -356,6 +367,8 @@ void Configure(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304, 5120, Path::kDefault, true)
     ->Args({1, 1})
     ->Args({1, 2})
+    ->Args({2, 2})
+    ->Args({3, 2})
     ->Args({4, 2})
     ->Args({5, 2})
     ->Args({6, 1})
@@ -364,6 +377,17 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304
     ->Args({16, 1})
     ->Args({16, 2})
     ->Args({512, 1})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_interleaved, MatrixFormat::kFP4Row32, 2304, 5120, Path::kInterleaved,
+                  true)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({2, 2})
+    ->Args({3, 2})
+    ->Args({4, 2})
+    ->Args({6, 2})
+    ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fma,
@@ -388,6 +412,12 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304, MatrixFormat::kFP4Row32, 5120
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_interleaved, MatrixFormat::kFP4Row32, 5120, 2304, Path::kInterleaved,
+                  true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
 // Attention projections wq_b (32768 x 1280) and wo_b (5120 x 8192), FP8.
 BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280, MatrixFormat::kFP8Block32, 32768, 1280, Path::kDefault, true)
     ->Args({1, 1})
@@ -399,6 +429,25 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280, MatrixFormat::kFP8Block32, 327
 BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault, true)
     ->Args({1, 1})
     ->Args({1, 2})
+    ->Args({2, 2})
+    ->Args({3, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280_interleaved, MatrixFormat::kFP8Block32, 32768, 1280,
+                  Path::kInterleaved, true)
+    ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved, MatrixFormat::kFP8Block32, 5120, 8192, Path::kInterleaved,
+                  true)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({2, 2})
+    ->Args({3, 2})
     ->Args({4, 2})
     ->Args({16, 2})
     ->Args({512, 2})

@@ -18,7 +18,9 @@
 #include "cli/default_model.h"
 #include "cli/flags.h"
 #include "cli/isa_flag.h"
+#include "cli/model_loading.h"
 #include "cli/serving_bench.h"
+#include "cli/weight_layout_flag.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
 #include "core/thread_pool.h"
@@ -43,6 +45,7 @@ struct BenchOptions {
   std::string model;  // empty: the embedded default
   int threads = 0;
   std::optional<IsaLevel> isa;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t prefill_tokens = 512;
   int64_t decode_tokens = 16;
   std::vector<int64_t> batch_sizes = {1, 4, 16};
@@ -68,6 +71,7 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
        "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
        [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<BenchOptions>(),
+      WeightLayoutFlag<BenchOptions>(),
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
        [](BenchOptions& o, const std::string& v) {
          o.prefill_tokens = ParseIntFlag("--prefill-tokens", v, 1, kMaxTokensFlag);
@@ -184,6 +188,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const IsaLevel isa = ChooseIsaFlag(o.isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
+  const std::string weight_layout = ApplyWeightLayout(*model, o.weight_layout, isa);
   const ModelConfig& config = model->config();
   if (o.prefill_tokens > model->max_context()) {
     throw MakeError("bench: --prefill-tokens ", o.prefill_tokens, " exceeds the model's maximum context of ",
@@ -248,6 +253,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
               static_cast<long long>(config.hidden_size), config.n_routed_experts, config.num_experts_per_tok,
               pool.size(), std::string(IsaName(isa)).c_str());
   std::printf("  kernels: %s\n", std::string(LinearKernelsName(isa)).c_str());
+  std::printf("  FP8/FP4 weights: %s\n", weight_layout.c_str());
   std::printf("\nmachine (measured now, %d threads)\n", pool.size());
   std::printf(
       "  DRAM read bandwidth   %10.2f GB/s      (1 GiB vectorised sum: median of %d passes between the "
@@ -303,6 +309,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"measured_read_passes", bandwidth.passes},
         {"best_gemv_gb_s", best_gemv_gb_s},
         {"kernels", std::string(LinearKernelsName(isa))},
+        {"weight_layout", model->interleave_report().matrices > 0 ? "interleaved" : "in-place"},
+        {"interleaved_bytes", model->interleave_report().bytes},
+        {"interleave_seconds", model->interleave_report().seconds},
         {"measured_peak_flops", peak_flops},
         {"peak_kind", std::string(PeakKindName(peak_kind))},
         {"ttft_ms", ttft_s * 1e3},

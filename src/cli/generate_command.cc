@@ -15,6 +15,7 @@
 #include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/sampling_flags.h"
+#include "cli/weight_layout_flag.h"
 #include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/model_directory.h"
@@ -44,6 +45,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 0;
   std::optional<IsaLevel> isa;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t max_context = 0;
   std::string dump_logits;
   bool show_ids = false;
@@ -78,6 +80,7 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](GenerateOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<GenerateOptions>(),
+      WeightLayoutFlag<GenerateOptions>(),
       {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
        [](GenerateOptions& o, const std::string& v) {
          o.max_context = ParseIntFlag("--max-context", v, 0, kMaxTokensFlag);
@@ -219,7 +222,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   const std::string model_dir = ModelDirOrDefault(options.model);
   ModelOptions model_options;
   model_options.max_context = options.max_context;
-  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, model_options);
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, model_options, isa, options.weight_layout);
   const std::optional<Tokenizer> tokenizer = Tokenizer::FromModelDirectory(ModelDirectory(model_dir));
 
   if (!options.prompt.empty()) {

@@ -15,6 +15,7 @@
 #include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/serving_bench.h"
+#include "cli/weight_layout_flag.h"
 #include "core/error.h"
 #include "core/model_directory.h"
 #include "core/thread_pool.h"
@@ -44,6 +45,7 @@ struct ServeOptions {
   int64_t max_queue = 512;
   int threads = 0;
   std::optional<IsaLevel> isa;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   bool prefix_cache = true;
   std::optional<uint64_t> seed;
 };
@@ -96,6 +98,7 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
       {"--threads", "N", "compute threads (default: all cores; at most 4 per hardware thread)",
        [](ServeOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<ServeOptions>(),
+      WeightLayoutFlag<ServeOptions>(),
       {"--http-threads", "N", "threads running the HTTP connections (default 2)",
        [](ServeOptions& o, const std::string& v) {
          o.http.threads = static_cast<int>(Positive("--http-threads", v, 256));
@@ -160,7 +163,13 @@ int RunServeCommand(const std::vector<std::string>& args) {
   if (!loaded) throw MakeError(model_dir, ": no tokenizer.json (the server needs it for text and for output)");
   const Tokenizer tokenizer = std::move(*loaded);
   std::fprintf(stderr, "serve: loading %s\n", model_dir.c_str());
-  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, ModelOptions{.max_context = o.max_model_len});
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
+  const std::unique_ptr<Model> model =
+      LoadModelAndPageIn(model_dir, ModelOptions{.max_context = o.max_model_len}, isa, o.weight_layout);
+  if (const Model::InterleaveReport& r = model->interleave_report(); r.matrices > 0) {
+    std::fprintf(stderr, "serve: FP8/FP4 weights interleaved, %.3f GiB in %.2f s\n",
+                 static_cast<double>(r.bytes) / (1 << 30), r.seconds);
+  }
   std::string name = o.served_model_name;
   if (name.empty()) {
     name = embedded ? "deepinfer-default" : std::filesystem::path(model_dir).lexically_normal().filename().string();
@@ -175,7 +184,6 @@ int RunServeCommand(const std::vector<std::string>& args) {
   engine_options.kv_cache_memory = o.kv_cache_memory.value_or(AutoKvBudget());
   engine_options.prefix_caching = o.prefix_cache;
   engine_options.seed = o.seed;
-  const IsaLevel isa = ChooseIsaFlag(o.isa);
   CpuBackend backend(pool, isa);
   Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   Metrics metrics;

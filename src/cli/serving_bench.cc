@@ -25,6 +25,8 @@
 #include "cli/flags.h"
 #include "cli/http_client.h"
 #include "cli/isa_flag.h"
+#include "cli/model_loading.h"
+#include "cli/weight_layout_flag.h"
 #include "core/bounded_json.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -100,6 +102,7 @@ struct ServingOptions {
   std::string model;  // empty: the embedded default
   int threads = 0;
   std::optional<IsaLevel> isa;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t num_requests = 16;
   int64_t input_len = 128;
   int64_t output_len = 32;
@@ -141,6 +144,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](ServingOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<ServingOptions>(),
+      WeightLayoutFlag<ServingOptions>(),
       {"--max-step-tokens", "B", "tokens one engine step may run (default 512)",
        [](ServingOptions& o, const std::string& v) {
          o.max_step_tokens = ParseIntFlag("--max-step-tokens", v, 1, kMaxTokensFlag);
@@ -286,6 +290,7 @@ std::vector<RequestRecord> ServeInProcess(const ServingOptions& o, int64_t max_r
   const std::string model_dir = ModelDirOrDefault(o.model);
   Progress("loading " + model_dir);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
+  ApplyWeightLayout(*model, o.weight_layout, isa);
   const int64_t vocab = model->config().vocab_size;
   CheckWorkload(o, vocab, model->max_context());
 
@@ -624,6 +629,7 @@ struct SweepOptions {
   std::string model;
   int threads = 0;
   std::optional<IsaLevel> isa;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   std::vector<int64_t> contexts = {256, 1024, 2048};
   std::vector<int64_t> max_model_lens = {2048, 4096};
   int64_t decode_steps = 8;
@@ -657,6 +663,7 @@ const std::vector<Flag<SweepOptions>>& SweepFlags() {
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](SweepOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<SweepOptions>(),
+      WeightLayoutFlag<SweepOptions>(),
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](SweepOptions& o, const std::string&) { o.json = true; }},
   };
@@ -771,6 +778,7 @@ int RunContextSweep(const std::vector<std::string>& args) {
   for (const int64_t max_len : o.max_model_lens) {
     Progress("loading with max context " + std::to_string(max_len));
     const std::unique_ptr<Model> model = Model::Load(model_dir, ModelOptions{.max_context = max_len});
+    ApplyWeightLayout(*model, o.weight_layout, isa);
     for (const int64_t context : o.contexts) {
       Progress("context " + std::to_string(context) + ", max context " + std::to_string(max_len));
       cells.push_back(RunSweepCell(*model, ctx, o, context));

@@ -1,5 +1,6 @@
 #include "io/weight_matrix.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -72,7 +73,46 @@ WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
              "-row scale block, got ", begin);
     slice.scales = scales + (begin / scale_block().rows) * scale_cols();
   }
+  if (interleaved) {
+    if (begin % InterleavedTiles::kRows == 0) {
+      slice.interleaved.data +=
+          begin / InterleavedTiles::kRows * (cols / kQuantBlock) * InterleavedTiles::BlockBytes(format);
+    } else {
+      slice.interleaved = {};
+    }
+  }
   return slice;
+}
+
+InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
+  DI_CHECK(w.quantized() && w.cols % kQuantBlock == 0, "Interleave takes an FP8/FP4 matrix with K a multiple of 32");
+  const bool fp4 = w.format == MatrixFormat::kFP4Row32;
+  const int64_t groups = w.cols / kQuantBlock, row_bytes = fp4 ? w.cols / 2 : w.cols;
+  const int64_t group_bytes = InterleavedTiles::GroupBytes(w.format),
+                block_bytes = InterleavedTiles::BlockBytes(w.format);
+  const int64_t codes_at = fp4 ? InterleavedTiles::kRows : 0;  // FP4 blocks start with the scales
+  InterleavedTiles result{out, 255, 0};
+  for (int64_t t = 0; t < InterleavedTiles::Tiles(w.rows); ++t) {
+    for (int64_t g = 0; g < groups; ++g) {
+      uint8_t* block = out + (t * groups + g) * block_bytes;
+      for (int64_t i = 0; i < InterleavedTiles::kRows; ++i) {
+        const int64_t row = t * InterleavedTiles::kRows + i;
+        uint8_t* codes = block + codes_at + i * group_bytes;
+        if (row >= w.rows) {
+          if (fp4) block[i] = 0;
+          std::memset(codes, 0, group_bytes);
+          continue;
+        }
+        std::memcpy(codes, w.data + row * row_bytes + g * group_bytes, group_bytes);
+        if (fp4) block[i] = w.scales[row * groups + g];
+      }
+    }
+  }
+  for (int64_t i = 0; i < w.scale_rows() * w.scale_cols(); ++i) {
+    result.scale_min = std::min(result.scale_min, w.scales[i]);
+    result.scale_max = std::max(result.scale_max, w.scales[i]);
+  }
+  return result;
 }
 
 void WeightMatrix::DequantizedRow(int64_t row, float* out) const {

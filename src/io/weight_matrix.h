@@ -5,6 +5,7 @@
 //   kFP8Block32 : e4m3 [rows, cols] + ue8m0 scales [ceil(rows/32), ceil(cols/32)], one per 32x32 block
 //   kFP4Row32   : e2m1 packed [rows, cols/2] (even column in the low nibble) + ue8m0 scales
 //                 [rows, cols/32], one per 32 consecutive columns of a row
+// An FP8/FP4 matrix may also carry a row-interleaved copy made at load time (InterleavedTiles).
 #pragma once
 
 #include <cstdint>
@@ -38,12 +39,45 @@ inline constexpr int64_t kQuantBlock = 32;
 static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
               ScaleBlockOf(MatrixFormat::kFP4Row32).cols == kQuantBlock);
 
+// A copy of an FP8/FP4 matrix with its rows interleaved in tiles of 16, for the AVX-512
+// vdpbf16ps kernels: a tile reads one sequential stream at constant offsets, where in place it
+// reads 16 row streams (and, FP4, 16 scale streams) with a pointer step per row and group. Tile t
+// holds rows [16t, 16t + 16), the last one padded with zero rows; its block for group g (32
+// columns) starts at data + (t * groups + g) * BlockBytes(format):
+//   kFP4Row32   bytes [0, 16)           the 16 rows' ue8m0 scales of the group
+//               bytes [16 + 16i, +16)   row 16t + i's 16 bytes of the group, packed as in place
+//   kFP8Block32 bytes [32i, 32i + 32)   row 16t + i's 32 codes of the group; the scales stay in
+//                                       place (a tile lies inside one 32-row scale block)
+// The kernels compute the same operations either way (same bits); the in-place data and scales
+// stay valid and are what every other path reads.
+struct InterleavedTiles {
+  static constexpr int64_t kRows = 16;
+
+  const uint8_t* data = nullptr;  // null: not interleaved
+  // Smallest and largest scale byte of the matrix (or of a superset of its rows), so that a
+  // kernel can check scale ranges without another pass over the scales.
+  uint8_t scale_min = 0;
+  uint8_t scale_max = 0;
+
+  explicit operator bool() const { return data != nullptr; }
+  // One row's bytes of one group; the bytes of a tile's block.
+  static constexpr int64_t GroupBytes(MatrixFormat f) { return f == MatrixFormat::kFP4Row32 ? 16 : 32; }
+  static constexpr int64_t BlockBytes(MatrixFormat f) {
+    return f == MatrixFormat::kFP4Row32 ? kRows + kRows * GroupBytes(f) : kRows * GroupBytes(f);
+  }
+  static int64_t Tiles(int64_t rows) { return (rows + kRows - 1) / kRows; }
+  static uint64_t Bytes(MatrixFormat f, int64_t rows, int64_t cols) {
+    return static_cast<uint64_t>(Tiles(rows)) * static_cast<uint64_t>(cols / 32) * BlockBytes(f);
+  }
+};
+
 struct WeightMatrix {
   MatrixFormat format = MatrixFormat::kBF16;
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;
-  const uint8_t* scales = nullptr;  // ue8m0 bytes, quantized formats only
+  const uint8_t* scales = nullptr;    // ue8m0 bytes, quantized formats only
+  InterleavedTiles interleaved = {};  // FP8/FP4 only, optional
 
   bool empty() const { return data == nullptr; }
   bool quantized() const { return format == MatrixFormat::kFP8Block32 || format == MatrixFormat::kFP4Row32; }
@@ -62,7 +96,8 @@ struct WeightMatrix {
   }
 
   // Rows [begin, begin + count) as a matrix of their own; `begin` must sit on a scale-block row
-  // boundary so the scales stay aligned.
+  // boundary so the scales stay aligned. The slice keeps the interleaved copy when `begin` starts
+  // a tile.
   WeightMatrix RowSlice(int64_t begin, int64_t count) const;
 
   // The row's elements without block scales: e4m3/e2m1 code values for quantized formats,
@@ -71,5 +106,9 @@ struct WeightMatrix {
   // The row fully dequantized (exact in fp32 for every format).
   void DequantizedRow(int64_t row, float* out) const;
 };
+
+// Writes the interleaved copy of `w` (FP8 or FP4 with K a multiple of 32, in place) to `out`,
+// which holds InterleavedTiles::Bytes(w.format, w.rows, w.cols) bytes, and returns its descriptor.
+InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out);
 
 }  // namespace deepinfer

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <chrono>
+
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/model_directory.h"
@@ -109,6 +111,41 @@ std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOpti
   }
   return std::unique_ptr<Model>(
       new Model(std::move(config), std::move(checkpoint), std::move(weights), std::move(hasher), max_context));
+}
+
+Model::InterleaveReport Model::InterleaveQuantizedMatrices(const std::function<bool(MatrixFormat)>& wanted) {
+  if (!interleaved_.empty()) return interleave_report_;
+  const auto start = std::chrono::steady_clock::now();
+  InterleaveReport report;
+  auto interleave = [&](WeightMatrix& w) {
+    if (!w.quantized() || w.empty() || w.interleaved || !wanted(w.format)) return;
+    const uint64_t bytes = InterleavedTiles::Bytes(w.format, w.rows, w.cols);
+    interleaved_.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
+    w.interleaved = Interleave(w, interleaved_.back().get());
+    ++report.matrices;
+    report.bytes += bytes;
+  };
+  // Exactly the matrices the forward passes to Linear with LinearNumerics::kCheckpoint.
+  try {
+    GuardMappedReads([&] {
+      for (LayerWeights& layer : weights_.layers) {
+        AttentionWeights& a = layer.attn;
+        for (WeightMatrix* w :
+             {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b, &a.indexer_wk, &a.indexer_wq_b, &a.indexer_weights_proj})
+          interleave(*w);
+        for (ExpertWeights& expert : layer.ffn.experts) {
+          for (WeightMatrix* w : {&expert.w1, &expert.w2, &expert.w3}) interleave(*w);
+        }
+        for (WeightMatrix* w : {&layer.ffn.shared.w1, &layer.ffn.shared.w2, &layer.ffn.shared.w3}) interleave(*w);
+        if (layer.engram) interleave(layer.engram->wkv);
+      }
+    });
+  } catch (const MappedFileFault& fault) {
+    throw MappedFileError(fault, checkpoint_);
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  interleave_report_ = report;
+  return report;
 }
 
 SequenceState Model::NewSequence() const { return SequenceState(default_layout_, PagePool::Create(0)); }

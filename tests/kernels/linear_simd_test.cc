@@ -43,6 +43,7 @@ struct Target {
   std::string name;
   IsaLevel isa;
   Bf16Dot dot;
+  bool interleave = false;  // FP8/FP4 matrices carry their interleaved copy (InterleavedTiles)
 };
 
 std::vector<Target> Targets() {
@@ -53,17 +54,26 @@ std::vector<Target> Targets() {
   if (best >= IsaLevel::kAvx512 && CpuHasAvx512Bf16()) {
     // Both vdpbf16ps plans, whichever this CPU's vendor picks.
     targets.push_back({"avx512-bf16-fp8gemv", IsaLevel::kAvx512, Bf16Dot::kFp8Gemv});
+    targets.push_back({"avx512-bf16-fp8gemv-interleaved", IsaLevel::kAvx512, Bf16Dot::kFp8Gemv, true});
     targets.push_back({"avx512-bf16", IsaLevel::kAvx512, Bf16Dot::kQuantized});
+    targets.push_back({"avx512-bf16-interleaved", IsaLevel::kAvx512, Bf16Dot::kQuantized, true});
   }
+  if (best >= IsaLevel::kAvx512) targets.push_back({"avx512-fma-interleaved", IsaLevel::kAvx512, Bf16Dot::kNone, true});
   return targets;
 }
 
 #define SKIP_WITHOUT_SIMD() \
   if (Targets().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
 
-std::vector<float> RunQuantized(const Target& t, const WeightMatrix& w, const float* x, int64_t m, int threads) {
+std::vector<float> RunQuantized(const Target& t, const WeightMatrix& in_place, const float* x, int64_t m, int threads) {
   ThreadPool pool(threads);
-  std::vector<float> y(m * w.rows, std::nanf(""));
+  std::vector<float> y(m * in_place.rows, std::nanf(""));
+  WeightMatrix w = in_place;
+  std::vector<uint8_t> interleaved;
+  if (t.interleave && w.quantized() && !w.interleaved) {
+    interleaved.resize(InterleavedTiles::Bytes(w.format, w.rows, w.cols));
+    w.interleaved = Interleave(w, interleaved.data());
+  }
   if (t.isa == IsaLevel::kAvx512) {
     QuantizedLinearAvx512(w, x, m, y.data(), pool, t.dot);
   } else {
@@ -648,6 +658,48 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
                          t.name + " format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
                              " M=" + std::to_string(m) + " threads " + std::to_string(threads));
         }
+      }
+    }
+  }
+}
+
+// ---- the interleaved copy ---------------------------------------------------------------------
+
+// Interleave keeps every row's codes and scales, and its tiles pad with zero rows; a row slice
+// keeps the copy when it starts a tile, drops it otherwise, and computes the same bits either way.
+TEST(LinearSimd, InterleavedCopyAndItsRowSlices) {
+  std::mt19937_64 rng(31);
+  for (MatrixFormat f : {MatrixFormat::kFP4Row32, MatrixFormat::kFP8Block32}) {
+    const bool fp4 = f == MatrixFormat::kFP4Row32;
+    const TestMatrix t = MakeQuantized(f, 75, 96, rng);
+    std::vector<uint8_t> copy(InterleavedTiles::Bytes(f, 75, 96));
+    WeightMatrix w = t.w;
+    w.interleaved = Interleave(w, copy.data());
+    ASSERT_EQ(copy.size(), 5u * 3u * InterleavedTiles::BlockBytes(f));  // 5 tiles of 16 rows, 3 groups
+    const int64_t group_bytes = InterleavedTiles::GroupBytes(f), block = InterleavedTiles::BlockBytes(f);
+    for (int64_t row : {0, 15, 16, 74, 79}) {
+      for (int64_t g = 0; g < 3; ++g) {
+        const uint8_t* b = copy.data() + (row / 16 * 3 + g) * block;
+        const uint8_t* codes = b + (fp4 ? 16 : 0) + row % 16 * group_bytes;
+        for (int64_t i = 0; i < group_bytes; ++i) {
+          const uint8_t expected = row < 75 ? t.w.data[row * (fp4 ? 48 : 96) + g * group_bytes + i] : 0;
+          ASSERT_EQ(codes[i], expected) << "format " << static_cast<int>(f) << " row " << row << " group " << g;
+        }
+        if (fp4) ASSERT_EQ(b[row % 16], row < 75 ? t.w.scales[row * 3 + g] : 0) << "scale of row " << row;
+      }
+    }
+    EXPECT_EQ(w.interleaved.scale_min, *std::min_element(t.scales.begin(), t.scales.end()));
+    EXPECT_EQ(w.interleaved.scale_max, *std::max_element(t.scales.begin(), t.scales.end()));
+
+    const std::vector<float> x = MakeActivations(1, 96, rng);
+    for (const Target& target : Targets()) {
+      const std::vector<float> all = RunQuantized(target, w, x.data(), 1, 2);
+      for (int64_t begin : {int64_t{0}, int64_t{32}, int64_t{8}}) {
+        if (!fp4 && begin % 32 != 0) continue;  // FP8 slices start on a scale block
+        const WeightMatrix slice = w.RowSlice(begin, 75 - begin);
+        EXPECT_EQ(static_cast<bool>(slice.interleaved), begin % 16 == 0);
+        ExpectSameBits(RunQuantized(target, slice, x.data(), 1, 2), std::vector<float>(all.begin() + begin, all.end()),
+                       target.name + " rows from " + std::to_string(begin));
       }
     }
   }

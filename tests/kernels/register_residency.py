@@ -19,12 +19,12 @@ import sys
 
 # Demangled-name patterns (after the cleanup in short_name).
 REQUIRED = {
-    "AVX-512 vdpbf16ps GEMV tiles": re.compile(r"^TileDp<"),
+    "AVX-512 vdpbf16ps GEMV tiles": re.compile(r"^TileDp(Interleaved)?<"),
     "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4Row32,"),
     "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
     "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
 }
-KERNEL = re.compile(r"^(TileDp|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows)\b")
+KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows)\b")
 
 
 def matrix_formats():

@@ -3,6 +3,7 @@
 // reproduce each sequence's solo run bit for bit.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "model/cpu_forward.h"
@@ -52,6 +53,28 @@ std::vector<std::vector<std::vector<float>>> RunAlone(const Model& model, const 
     out.push_back(std::move(per_chunk));
   }
   return out;
+}
+
+// The interleaved copies of the FP8/FP4 matrices (Model::InterleaveQuantizedMatrices) change
+// where the kernels read, not what they compute: every chunk's logits keep their bits.
+TEST(BatchInvariance, InterleavedWeightsGiveTheSameBits) {
+  const std::unique_ptr<Model> in_place = Model::Load(ModelDir("tiny-a"));
+  const std::unique_ptr<Model> interleaved = Model::Load(ModelDir("tiny-a"));
+  const Model::InterleaveReport report = interleaved->InterleaveQuantizedMatrices([](MatrixFormat) { return true; });
+  ASSERT_GT(report.matrices, 0);
+  EXPECT_EQ(interleaved->InterleaveQuantizedMatrices([](MatrixFormat) { return true; }).bytes, report.bytes)
+      << "a second call does nothing";
+  const std::vector<Plan> plans = MakePlans(in_place->config().vocab_size, 11);
+  ThreadPool pool(2);
+  const auto expected = RunAlone(*in_place, plans, pool);
+  const auto got = RunAlone(*interleaved, plans, pool);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    for (size_t c = 0; c < plans[i].chunks.size(); ++c) {
+      ASSERT_EQ(expected[i][c].size(), got[i][c].size());
+      ASSERT_EQ(0, std::memcmp(expected[i][c].data(), got[i][c].data(), got[i][c].size() * sizeof(float)))
+          << "sequence " << i << " chunk " << c;
+    }
+  }
 }
 
 TEST(BatchInvariance, BatchedSequencesAtDifferentPositionsMatchSoloRunsBitForBit) {

@@ -105,4 +105,16 @@ std::string_view LinearKernelsName(IsaLevel isa) {
   return "unknown";
 }
 
+bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format) {
+  if (isa != IsaLevel::kAvx512) return false;
+  switch (format) {
+    case MatrixFormat::kFP8Block32:
+      return ChooseBf16Dot() != Bf16Dot::kNone;
+    case MatrixFormat::kFP4Row32:
+      return ChooseBf16Dot() == Bf16Dot::kQuantized;
+    default:
+      return false;
+  }
+}
+
 }  // namespace deepinfer

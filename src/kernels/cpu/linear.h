@@ -30,4 +30,10 @@ void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const Cp
 // Which kernels the calls above run at `isa` on this CPU, in words (logged by `bench`).
 std::string_view LinearKernelsName(IsaLevel isa);
 
+// Whether QuantizedLinear at `isa` on this CPU reads the interleaved copy (InterleavedTiles) of a
+// `format` matrix that has one: where the GEMV runs on vdpbf16ps (AVX-512: FP8 on every plan that
+// has it, FP4 on the AMD one). Elsewhere the GEMV reads the matrix in place, and a copy would only
+// add to what is read (the bits are the same either way).
+bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format);
+
 }  // namespace deepinfer

@@ -168,12 +168,16 @@ class Driver {
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
     const Job job{&w, m, groups, xs.data(), xb.data(), true, y};
-    pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
-                            [&](size_t begin, size_t end, int thread) {
-                              Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
-                              Run(job, begin, end, tile.data());
-                              RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
-                            });
+    // An interleaved matrix is split between the threads in whole tiles.
+    const size_t unit = w.interleaved ? static_cast<size_t>(InterleavedTiles::kRows) : 1;
+    const size_t units = (static_cast<size_t>(w.rows) + unit - 1) / unit;
+    pool.ParallelForThreads(units, (MinRowsPerPart(w, m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
+      begin *= unit;
+      end = std::min(end * unit, static_cast<size_t>(w.rows));
+      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
+      Run(job, begin, end, tile.data());
+      RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
+    });
   }
 
   // BF16, F32, or FP8 weights standing for their bf16 dequantization (DenseLinear).
@@ -296,6 +300,10 @@ class Driver {
                                ExpRange all, size_t begin, size_t end) {
     const int64_t blocks = w.scale_cols();
     const bool fp8 = w.format == MatrixFormat::kFP8Block32;
+    // The interleaved copy knows its scale range, which spares a pass over the scales.
+    if (w.interleaved &&
+        FoldIsExact<Isa>(w.format, all, {w.interleaved.scale_min - 127, w.interleaved.scale_max - 127}))
+      return;
     const int64_t first = fp8 ? static_cast<int64_t>(begin) / kQuantBlock : static_cast<int64_t>(begin);
     const int64_t last = fp8 ? (static_cast<int64_t>(end) - 1) / kQuantBlock : static_cast<int64_t>(end) - 1;
     if (FoldIsExact<Isa>(w.format, all, Isa::ScaleRange(w.scales + first * blocks, (last - first + 1) * blocks)))
