@@ -685,7 +685,9 @@ TEST(LinearSimd, InterleavedCopyAndItsRowSlices) {
           const uint8_t expected = row < 75 ? t.w.data[row * (fp4 ? 48 : 96) + g * group_bytes + i] : 0;
           ASSERT_EQ(codes[i], expected) << "format " << static_cast<int>(f) << " row " << row << " group " << g;
         }
-        if (fp4) ASSERT_EQ(b[row % 16], row < 75 ? t.w.scales[row * 3 + g] : 0) << "scale of row " << row;
+        if (fp4) {
+          ASSERT_EQ(b[row % 16], row < 75 ? t.w.scales[row * 3 + g] : 0) << "scale of row " << row;
+        }
       }
     }
     EXPECT_EQ(w.interleaved.scale_min, *std::min_element(t.scales.begin(), t.scales.end()));
