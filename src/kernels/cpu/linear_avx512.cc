@@ -561,21 +561,31 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
 using linear_simd::kPanelM;
 using linear_simd::kPanelN;
 
-constexpr int64_t kChunkGroups = 32;  // GEMM K chunk: 4 panel rows x 32 groups = 16 KiB, stays in L1
+// GEMM K chunk: the 4 panel rows' decoded groups, 16 KiB in L1 either way (fp32 [even | odd] or
+// bf16 pairs). The longer bf16 chunk halves the accumulators' parking per vdpbf16ps. Measured with
+// the bf16 block length below (linear_bench, Zen 4, 2 threads, M = 512): FP4 experts 283 / 251 ->
+// 340 / 326 GFLOP/s, FP8 wq_b 271 -> 294, wo_b 285 -> 327 (the vdpbf16ps peak: 455).
+template <bool kDp>
+constexpr int64_t kChunkGroups = kDp ? 64 : 32;
 
-// Activation rows per GEMM block: their canonical fp32 rows should stay in L2 (~1 MiB) while all of
-// a thread's panels pass over them.
+// Activation rows per GEMM block: their prepared rows (fp32: 128 bytes a group, bf16 pairs: 64)
+// should stay in L2 (~1 MiB) while all of a thread's panels pass over them. Each block decodes the
+// weights again, so the smaller bf16 rows make the blocks longer.
+template <bool kDp>
 int64_t MBlock(int64_t groups) {
-  return std::clamp<int64_t>((1 << 20) / (groups * kGroup * 4) / kPanelM * kPanelM, kPanelM, 128);
+  constexpr int64_t kBytesPerGroup = kDp ? 64 : kGroup * 4;
+  return std::clamp<int64_t>((int64_t{1} << 20) / (groups * kBytesPerGroup) / kPanelM * kPanelM, kPanelM, 128);
 }
 
 // Per-thread scratch of the GEMM path (the streaming tiles need none): a decoded K chunk of the
-// panel [kChunkGroups][kPanelN][32] fp32, then the parked accumulators [m_block / 4][16] zmm.
+// panel (16 KiB), then the parked accumulators [m_block / 4][16] zmm (the longer bf16 block).
 struct Scratch {
-  static constexpr int64_t kPanelFloats = kChunkGroups * kPanelN * kGroup;
+  static constexpr int64_t kPanelFloats = kChunkGroups<false> * kPanelN * kGroup;
+  static_assert(kChunkGroups<true> * kPanelN * 16 <= kPanelFloats);
   static size_t Bytes(int64_t groups, int64_t m) {
     if (m <= linear_simd::kStreamMaxM) return 0;
-    return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(MBlock(groups) / kPanelM * 16);
+    const int64_t m_block = std::max(MBlock<true>(groups), MBlock<false>(groups));
+    return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(m_block / kPanelM * 16);
   }
 };
 
@@ -689,6 +699,7 @@ template <MatrixFormat F, bool kDp>
 void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_floats, __m512* acc) {
   using T = std::conditional_t<kDp, uint32_t, float>;
   constexpr int64_t kRowGroup = kDp ? 16 : kGroup;  // T elements per row and group
+  constexpr int64_t kChunk = kChunkGroups<kDp>;
   T* panel = reinterpret_cast<T*>(panel_floats);
   const T* xs;
   if constexpr (kDp) {
@@ -701,7 +712,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_flo
   const int64_t row_bytes = RowBytes(F, w.cols);
   const FmaDecoder<F> dec{w.cols};
   const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
-  const int64_t m_block = MBlock(groups);
+  const int64_t m_block = MBlock<kDp>(groups);
   for (int64_t m0 = 0; m0 < m_pad; m0 += m_block) {
     const int64_t m1 = std::min(m_pad, m0 + m_block);
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelN) {
@@ -722,11 +733,11 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_flo
         next = reinterpret_cast<const char*>(w.data + std::min(n0 + kPanelN, n_end) * row_bytes);
         next_lines = (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64;
       }
-      const int64_t calls = (groups + kChunkGroups - 1) / kChunkGroups * ((m1 - m0) / kPanelM);
+      const int64_t calls = (groups + kChunk - 1) / kChunk * ((m1 - m0) / kPanelM);
       const int64_t per_call = (next_lines + calls - 1) / calls;
       int64_t call = 0;
-      for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
-        const int64_t gc = std::min(kChunkGroups, groups - g0);
+      for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+        const int64_t gc = std::min(kChunk, groups - g0);
         for (int i = 0; i < kPanelN; ++i) {
           const RowGroups<F> rg(w, n0 + i, row_bytes);
           for (int64_t g = g0; g < g0 + gc; ++g) {
