@@ -391,19 +391,20 @@ void CpuBackend::SparseAttention(const Tensor& q, int heads, std::span<const flo
   const int64_t dim = q.row_elements() / heads;
   DI_CHECK(static_cast<int64_t>(row_begin.size()) == rows + 1, "attention: ", row_begin.size(), " row offsets for ",
            rows, " rows");
-  // Split by (query, head), so even a single decode token uses every thread; each head's result
-  // does not depend on the split.
-  // A (query, head) unit reads its row's entries (dim floats each).
+  // Split by (query, group of heads), so even a single decode token uses every thread; each
+  // head's result does not depend on the split. A group shares every K=V row it reads.
+  // A unit reads its row's entries (dim floats each).
+  const int groups = (heads + kSparseAttentionHeadGroup - 1) / kSparseAttentionHeadGroup;
   const int64_t entries_per_row = rows > 0 ? static_cast<int64_t>(entries.size()) / rows : 0;
   const size_t min_units =
       ThreadPool::MinItemsPerPart(static_cast<size_t>(std::max<int64_t>(1, entries_per_row * dim * 4)));
-  cpu_.pool.ParallelForThreads(rows * heads, min_units, [&](size_t begin, size_t end, int thread) {
+  cpu_.pool.ParallelForThreads(rows * groups, min_units, [&](size_t begin, size_t end, int thread) {
     float* scratch = scratch_.Get<float>(thread, 0, SparseAttentionScratchFloats(dim));
     for (size_t unit = begin; unit < end; ++unit) {
-      const int64_t r = static_cast<int64_t>(unit / heads);
-      const int h = static_cast<int>(unit % heads);
+      const int64_t r = static_cast<int64_t>(unit / groups);
+      const int h = static_cast<int>(unit % groups) * kSparseAttentionHeadGroup;
       const int64_t offset = h * dim;
-      SparseAttentionWithSink(cpu_.isa, q.row<float>(r) + offset, 1, dim,
+      SparseAttentionWithSink(cpu_.isa, q.row<float>(r) + offset, std::min(kSparseAttentionHeadGroup, heads - h), dim,
                               entries.subspan(row_begin[r], row_begin[r + 1] - row_begin[r]), sink.data() + h,
                               softmax_scale, out.row<float>(r) + offset, scratch);
     }

@@ -257,5 +257,89 @@ TEST(SparseAttentionWithSink, SimdLevelsAgreeBitwiseAndAreHeadInvariant) {
   }
 }
 
+// Heads are computed in groups of kSparseAttentionHeadGroup that share each K=V load. Every
+// group size (the last group of a call may be partial), dims that exercise the P.V tails, empty
+// slots and several blocks of 64: each head equals the same head run alone, bit for bit, at every
+// level, and the SIMD levels agree with each other.
+TEST(SparseAttentionWithSink, HeadGroupsOfEverySizeMatchOneHeadAtATime) {
+  uint64_t state = 17;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return RoundToBF16(static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) * 0x1p-21f);
+  };
+  for (const int64_t dim : {16, 48, 80, 512}) {
+    for (const int count : {0, 1, 5, 64, 150}) {
+      std::vector<float> kv(static_cast<size_t>(std::max(count, 1)) * dim);
+      for (float& v : kv) v = next();
+      std::vector<const float*> entries(count);
+      for (int k = 0; k < count; ++k) entries[k] = (k % 7 == 3) ? nullptr : kv.data() + k * dim;
+      for (int heads = 1; heads <= 9; ++heads) {
+        std::vector<float> q(heads * dim), sink(heads);
+        for (float& v : q) v = next();
+        for (float& v : sink) v = next() * 8.0f;
+        std::vector<float> simd_first;
+        for (const IsaLevel isa : SupportedIsaLevels()) {
+          SCOPED_TRACE(::testing::Message()
+                       << IsaName(isa) << " dim " << dim << " entries " << count << " heads " << heads);
+          std::vector<float> all(heads * dim, -1.0f);
+          SparseAttentionWithSink(isa, q.data(), heads, dim, entries, sink.data(), 0.06f, all.data());
+          for (int h = 0; h < heads; ++h) {
+            std::vector<float> one(dim);
+            SparseAttentionWithSink(isa, q.data() + h * dim, 1, dim, entries, sink.data() + h, 0.06f, one.data());
+            ASSERT_EQ(0, std::memcmp(one.data(), all.data() + h * dim, dim * sizeof(float))) << "head " << h;
+          }
+          if (isa == IsaLevel::kScalar) continue;
+          if (simd_first.empty()) simd_first = all;
+          ASSERT_EQ(0, std::memcmp(all.data(), simd_first.data(), all.size() * sizeof(float)));
+        }
+      }
+    }
+  }
+}
+
+// The loops themselves, on data where summation orders give other bits: each SIMD level's
+// grouped dots equal DotProduct at that level pair by pair, and every level's weighted sum
+// equals the oracle's, bit for bit (the attention's bf16 output alone would hide an fp32 slip).
+TEST(SparseAttentionLoops, GroupedDotsAndWeightedSumsKeepThePairOrder) {
+  uint64_t state = 23;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) * 0x1p-20f;
+  };
+  const AttentionLoops& oracle = SparseAttentionLoops(IsaLevel::kScalar, 16);
+  for (const IsaLevel isa : SupportedIsaLevels()) {
+    for (const int64_t dim : {16, 48, 80, 512}) {
+      const AttentionLoops& loops = SparseAttentionLoops(isa, dim);
+      const int count = kSparseAttentionBlock - 1;
+      std::vector<float> kv(count * dim), q(kSparseAttentionHeadGroup * dim);
+      std::vector<float> p(kSparseAttentionHeadGroup * kSparseAttentionBlock);
+      for (float& v : kv) v = next();
+      for (float& v : q) v = next();
+      for (float& v : p) v = next();
+      std::vector<const float*> rows(count);
+      for (int k = 0; k < count; ++k) rows[k] = kv.data() + k * dim;
+      for (int heads = 1; heads <= kSparseAttentionHeadGroup; ++heads) {
+        for (const int used : {0, 1, 2, 5, count}) {
+          SCOPED_TRACE(::testing::Message()
+                       << IsaName(isa) << " dim " << dim << " heads " << heads << " entries " << used);
+          std::vector<float> scores(kSparseAttentionHeadGroup * kSparseAttentionBlock, -1.0f);
+          loops.dots(q.data(), heads, dim, rows.data(), used, scores.data());
+          for (int g = 0; g < heads; ++g) {
+            for (int k = 0; k < used; ++k) {
+              ASSERT_EQ(Bits(scores[g * kSparseAttentionBlock + k]),
+                        Bits(DotProduct(isa, q.data() + g * dim, rows[k], dim)))
+                  << "head " << g << " entry " << k;
+            }
+          }
+          std::vector<float> got(heads * dim, -1.0f), want(heads * dim, -2.0f);
+          loops.weighted_sum(p.data(), heads, rows.data(), used, dim, got.data());
+          oracle.weighted_sum(p.data(), heads, rows.data(), used, dim, want.data());
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that the linear kernels' hot loops keep their accumulators in registers.
+"""Checks that the linear and attention kernels' hot loops keep their accumulators in registers.
 
 A tile kernel whose innermost loop loads or stores a vector register from or to the stack (a
 spill, or an accumulator array the compiler keeps in memory) runs core-bound: on Zen 4 that cost
@@ -23,8 +23,9 @@ REQUIRED = {
     "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4Row32,"),
     "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
     "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
+    "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads)<"),
 }
-KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows)\b")
+KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|WeightedSumForHeads)\b")
 
 
 def matrix_formats():

@@ -30,52 +30,66 @@ void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin,
 void SparseAttentionBlocks(const AttentionLoops& loops, const float* q, int heads, int64_t dim,
                            std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                            float* scratch) {
+  constexpr int kBlock = kSparseAttentionBlock;
+  constexpr int kGroup = kSparseAttentionHeadGroup;
   const size_t count = entries.size();
   std::vector<float> owned;
   if (scratch == nullptr) {
     owned.resize(SparseAttentionScratchFloats(dim));
     scratch = owned.data();
   }
-  float* scores = scratch;
-  float* acc = scores + kSparseAttentionBlock;
-  float* block_acc = acc + dim;
-  for (int h = 0; h < heads; ++h) {
-    const float* qh = q + h * dim;
-    std::fill_n(acc, dim, 0.0f);
-    float running_max = -1e30f;  // finite, so a query with no entry yields zeros, not NaN
-    float sum_exp = 0.0f;
-    for (size_t start = 0; start < count; start += kSparseAttentionBlock) {
-      const size_t block = std::min<size_t>(kSparseAttentionBlock, count - start);
-      float block_max = -INFINITY;
-      for (size_t k = 0; k < block; ++k) {
-        const float* kv = entries[start + k];
-        if (kv == nullptr) {
-          scores[k] = -INFINITY;
-          continue;
-        }
-        scores[k] = loops.dot(qh, kv, dim) * softmax_scale;
-        block_max = std::max(block_max, scores[k]);
-      }
-      const float new_max = std::max(running_max, block_max);
-      const float rescale = std::exp(running_max - new_max);
-      float block_sum = 0.0f;
-      for (size_t k = 0; k < block; ++k) {
-        scores[k] = std::exp(scores[k] - new_max);
-        block_sum += scores[k];
-      }
-      sum_exp = sum_exp * rescale + block_sum;
-      // The block's P.V is summed on its own, then added to the rescaled accumulator.
-      std::fill_n(block_acc, dim, 0.0f);
-      for (size_t k = 0; k < block; ++k) {
-        const float* kv = entries[start + k];
-        if (kv == nullptr) continue;
-        loops.add_scaled(block_acc, RoundToBF16(scores[k]), kv, dim);
-      }
-      loops.rescale_add(acc, rescale, block_acc, dim);
-      running_max = new_max;
+  float* dots = scratch;                  // [group][block]: q.k of the block's live entries
+  float* probs = dots + kGroup * kBlock;  // [group][block]: their bf16 probabilities
+  float* acc = probs + kGroup * kBlock;   // [group][dim]
+  float* block_acc = acc + kGroup * dim;  // [group][dim]
+  const float* live[kBlock];              // the block's non-empty entries, in order
+  int live_slot[kBlock];                  // and their places in the block
+  float scores[kBlock];
+  for (int h0 = 0; h0 < heads; h0 += kGroup) {
+    const int group = std::min(kGroup, heads - h0);
+    float running_max[kGroup], sum_exp[kGroup], rescale[kGroup];
+    for (int g = 0; g < group; ++g) {
+      running_max[g] = -1e30f;  // finite, so a query with no entry yields zeros, not NaN
+      sum_exp[g] = 0.0f;
     }
-    sum_exp += std::exp(sink[h] - running_max);
-    for (int64_t d = 0; d < dim; ++d) out[h * dim + d] = RoundToBF16(acc[d] / sum_exp);
+    std::fill_n(acc, group * dim, 0.0f);
+    for (size_t start = 0; start < count; start += kBlock) {
+      const int block = static_cast<int>(std::min<size_t>(kBlock, count - start));
+      int live_count = 0;
+      for (int k = 0; k < block; ++k) {
+        if (entries[start + k] == nullptr) continue;
+        live[live_count] = entries[start + k];
+        live_slot[live_count++] = k;
+      }
+      loops.dots(q + h0 * dim, group, dim, live, live_count, dots);
+      for (int g = 0; g < group; ++g) {
+        std::fill_n(scores, block, -INFINITY);
+        float block_max = -INFINITY;
+        for (int i = 0; i < live_count; ++i) {
+          const float score = dots[g * kBlock + i] * softmax_scale;
+          scores[live_slot[i]] = score;
+          block_max = std::max(block_max, score);
+        }
+        const float new_max = std::max(running_max[g], block_max);
+        rescale[g] = std::exp(running_max[g] - new_max);
+        float block_sum = 0.0f;
+        for (int k = 0; k < block; ++k) {
+          scores[k] = std::exp(scores[k] - new_max);
+          block_sum += scores[k];
+        }
+        sum_exp[g] = sum_exp[g] * rescale[g] + block_sum;
+        running_max[g] = new_max;
+        for (int i = 0; i < live_count; ++i) probs[g * kBlock + i] = RoundToBF16(scores[live_slot[i]]);
+      }
+      // The block's P.V is summed on its own, then added to the rescaled accumulator.
+      loops.weighted_sum(probs, group, live, live_count, dim, block_acc);
+      for (int g = 0; g < group; ++g) loops.rescale_add(acc + g * dim, rescale[g], block_acc + g * dim, dim);
+    }
+    for (int g = 0; g < group; ++g) {
+      const float denominator = sum_exp[g] + std::exp(sink[h0 + g] - running_max[g]);
+      float* out_h = out + (h0 + g) * dim;
+      for (int64_t d = 0; d < dim; ++d) out_h[d] = RoundToBF16(acc[g * dim + d] / denominator);
+    }
   }
 }
 
@@ -87,20 +101,37 @@ float SequentialDot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-void AddScaled(float* block_acc, float p, const float* kv, int64_t dim) {
-  for (int64_t d = 0; d < dim; ++d) block_acc[d] += p * kv[d];
+void SequentialDots(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores) {
+  for (int g = 0; g < heads; ++g) {
+    for (int k = 0; k < count; ++k) scores[g * kSparseAttentionBlock + k] = SequentialDot(q + g * dim, kv[k], dim);
+  }
+}
+
+void WeightedSum(const float* p, int heads, const float* const* kv, int count, int64_t dim, float* block_acc) {
+  for (int g = 0; g < heads; ++g) {
+    float* acc = block_acc + g * dim;
+    std::fill_n(acc, dim, 0.0f);
+    for (int k = 0; k < count; ++k) {
+      const float pk = p[g * kSparseAttentionBlock + k];
+      for (int64_t d = 0; d < dim; ++d) acc[d] += pk * kv[k][d];
+    }
+  }
 }
 
 void RescaleAdd(float* acc, float scale, const float* block_acc, int64_t dim) {
   for (int64_t d = 0; d < dim; ++d) acc[d] = acc[d] * scale + block_acc[d];
 }
 
+const AttentionLoops& ScalarAttentionLoops() {
+  static constexpr AttentionLoops kScalar{SequentialDots, WeightedSum, RescaleAdd};
+  return kScalar;
+}
+
 }  // namespace
 
 void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                              const float* sink, float softmax_scale, float* out, float* scratch) {
-  static constexpr AttentionLoops kScalar{SequentialDot, AddScaled, RescaleAdd};
-  SparseAttentionBlocks(kScalar, q, heads, dim, entries, sink, softmax_scale, out, scratch);
+  SparseAttentionBlocks(ScalarAttentionLoops(), q, heads, dim, entries, sink, softmax_scale, out, scratch);
 }
 
 }  // namespace deepinfer
@@ -113,16 +144,17 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
   return SequentialDot(a, b, n);
 }
 
+const AttentionLoops& SparseAttentionLoops(IsaLevel isa, int64_t dim) {
+  if (dim % 16 != 0) return ScalarAttentionLoops();
+  if (isa == IsaLevel::kAvx512) return SparseAttentionLoopsAvx512();
+  if (isa == IsaLevel::kAvx2) return SparseAttentionLoopsAvx2();
+  return ScalarAttentionLoops();
+}
+
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
                              std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                              float* scratch) {
-  if (isa == IsaLevel::kAvx512 && dim % 16 == 0) {
-    SparseAttentionWithSinkAvx512(q, heads, dim, entries, sink, softmax_scale, out, scratch);
-  } else if (isa == IsaLevel::kAvx2 && dim % 16 == 0) {
-    SparseAttentionWithSinkAvx2(q, heads, dim, entries, sink, softmax_scale, out, scratch);
-  } else {
-    SparseAttentionWithSink(q, heads, dim, entries, sink, softmax_scale, out, scratch);
-  }
+  SparseAttentionBlocks(SparseAttentionLoops(isa, dim), q, heads, dim, entries, sink, softmax_scale, out, scratch);
 }
 
 }  // namespace deepinfer

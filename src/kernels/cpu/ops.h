@@ -24,7 +24,12 @@ void ApplyRope(float* x, std::span<const float> cos, std::span<const float> sin,
 // `scratch` (optional) holds SparseAttentionScratchFloats(dim) floats; without it the call
 // allocates its own.
 inline constexpr int kSparseAttentionBlock = 64;
-constexpr int64_t SparseAttentionScratchFloats(int64_t dim) { return kSparseAttentionBlock + 2 * dim; }
+// Heads computed together over each block of entries (they share every K=V load); a head's
+// result does not depend on which heads share its group.
+inline constexpr int kSparseAttentionHeadGroup = 4;
+constexpr int64_t SparseAttentionScratchFloats(int64_t dim) {
+  return kSparseAttentionHeadGroup * (2 * kSparseAttentionBlock + 2 * dim);
+}
 void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
                              const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
 
@@ -35,23 +40,30 @@ void SparseAttentionWithSink(const float* q, int heads, int64_t dim, std::span<c
 void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t dim,
                              std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                              float* scratch = nullptr);
-// The online-softmax skeleton every level runs (the oracle's algorithm above); the levels differ
-// only in its three dim-long loops, which must keep the oracle's roundings apart from the q.k
-// summation order: block_acc += p * kv and acc = acc * scale + block_acc, each a multiply then
-// an add (the build has -ffp-contract=off, so the skeleton's own arithmetic is the same in every
-// translation unit).
+// The online-softmax skeleton every level runs (the oracle's algorithm above) on groups of up to
+// kSparseAttentionHeadGroup heads; the levels differ only in its three loops, which must keep
+// the oracle's roundings apart from the q.k summation order (the build has -ffp-contract=off, so
+// the skeleton's own arithmetic is the same in every translation unit). Within a block the
+// skeleton passes only the non-empty entries, in order.
 struct AttentionLoops {
-  float (*dot)(const float* q, const float* kv, int64_t dim);
-  void (*add_scaled)(float* block_acc, float p, const float* kv, int64_t dim);
+  // scores[g * kSparseAttentionBlock + k] = q_g . kv[k] for g < heads, k < count, where q_g is
+  // q + g * dim; each dot product on its own, in the level's order (DotProduct).
+  void (*dots)(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores);
+  // block_acc[g * dim + d] = sum over k = 0, 1, ... of p[g * kSparseAttentionBlock + k] * kv[k][d],
+  // starting from 0 and adding each product (a multiply, then an add) in k order.
+  void (*weighted_sum)(const float* p, int heads, const float* const* kv, int count, int64_t dim, float* block_acc);
+  // acc = acc * scale + block_acc over dim elements: a multiply, then an add.
   void (*rescale_add)(float* acc, float scale, const float* block_acc, int64_t dim);
 };
 void SparseAttentionBlocks(const AttentionLoops& loops, const float* q, int heads, int64_t dim,
                            std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                            float* scratch);
-void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                                   const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
-void SparseAttentionWithSinkAvx2(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                                 const float* sink, float softmax_scale, float* out, float* scratch = nullptr);
+// The loops SparseAttentionWithSink(isa, ...) runs: the scalar oracle's where `isa` is kScalar or
+// dim % 16 != 0. The SIMD levels' dots equal DotProduct(isa) pair by pair, and every level's
+// weighted_sum and rescale_add give the oracle's bits.
+const AttentionLoops& SparseAttentionLoops(IsaLevel isa, int64_t dim);
+const AttentionLoops& SparseAttentionLoopsAvx512();
+const AttentionLoops& SparseAttentionLoopsAvx2();
 
 // sum_i a[i] * b[i] in fp32: sequential at kScalar; 2x16 lanes and a fixed reduction tree
 // at kAvx512 and kAvx2 (the same bits). Deterministic for a given level.

@@ -5,7 +5,6 @@
 // order of q.k.
 #include <immintrin.h>
 
-#include "core/error.h"
 #include "kernels/cpu/ops.h"
 
 // Compiled for AVX2 per function, so the library needs no special flags; callers dispatch here
@@ -41,12 +40,51 @@ DI_AVX2 float DotProductAvx2(const float* a, const float* b, int64_t n) {
 
 namespace {
 
-// block_acc += p * kv: multiply then add, unfused, as the oracle rounds it.
-DI_AVX2 void AddScaledAvx2(float* block_acc, float p, const float* kv, int64_t dim) {
-  const __m256 pv = _mm256_set1_ps(p);
-  for (int64_t d = 0; d < dim; d += 8) {
-    _mm256_storeu_ps(block_acc + d,
-                     _mm256_add_ps(_mm256_loadu_ps(block_acc + d), _mm256_mul_ps(pv, _mm256_loadu_ps(kv + d))));
+DI_AVX2 void DotsAvx2(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores) {
+  for (int g = 0; g < heads; ++g) {
+    for (int k = 0; k < count; ++k) scores[g * kSparseAttentionBlock + k] = DotProductAvx2(q + g * dim, kv[k], dim);
+  }
+}
+
+// The block's P.V with kHeads heads x 16 elements of accumulators in registers across all
+// entries: a multiply then an add per entry, in entry order, from 0 (the oracle's roundings).
+template <int kHeads>
+DI_AVX2 void WeightedSumForHeads(const float* p, const float* const* kv, int count, int64_t dim, float* block_acc) {
+  for (int64_t d = 0; d < dim; d += 16) {
+    __m256 acc[kHeads][2];
+#pragma GCC unroll 8
+    for (int g = 0; g < kHeads; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (int k = 0; k < count; ++k) {
+      const __m256 v0 = _mm256_loadu_ps(kv[k] + d), v1 = _mm256_loadu_ps(kv[k] + d + 8);
+#pragma GCC unroll 8
+      for (int g = 0; g < kHeads; ++g) {
+        const __m256 pk = _mm256_set1_ps(p[g * kSparseAttentionBlock + k]);
+        acc[g][0] = _mm256_add_ps(acc[g][0], _mm256_mul_ps(pk, v0));
+        acc[g][1] = _mm256_add_ps(acc[g][1], _mm256_mul_ps(pk, v1));
+      }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < kHeads; ++g) {
+      _mm256_storeu_ps(block_acc + g * dim + d, acc[g][0]);
+      _mm256_storeu_ps(block_acc + g * dim + d + 8, acc[g][1]);
+    }
+  }
+}
+
+DI_AVX2 void WeightedSumAvx2(const float* p, int heads, const float* const* kv, int count, int64_t dim,
+                             float* block_acc) {
+  static_assert(kSparseAttentionHeadGroup == 4);
+  switch (heads) {
+    case 4:
+      return WeightedSumForHeads<4>(p, kv, count, dim, block_acc);
+    case 3:
+      return WeightedSumForHeads<3>(p, kv, count, dim, block_acc);
+    case 2:
+      return WeightedSumForHeads<2>(p, kv, count, dim, block_acc);
+    default:
+      for (int g = 0; g < heads; ++g) {
+        WeightedSumForHeads<1>(p + g * kSparseAttentionBlock, kv, count, dim, block_acc + g * dim);
+      }
   }
 }
 
@@ -61,11 +99,9 @@ DI_AVX2 void RescaleAddAvx2(float* acc, float scale, const float* block_acc, int
 
 }  // namespace
 
-void SparseAttentionWithSinkAvx2(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                                 const float* sink, float softmax_scale, float* out, float* scratch) {
-  DI_CHECK(dim % 16 == 0, "AVX2 attention needs head_dim % 16 == 0, got ", dim);
-  static constexpr AttentionLoops kLoops{DotProductAvx2, AddScaledAvx2, RescaleAddAvx2};
-  SparseAttentionBlocks(kLoops, q, heads, dim, entries, sink, softmax_scale, out, scratch);
+const AttentionLoops& SparseAttentionLoopsAvx2() {
+  static constexpr AttentionLoops kLoops{DotsAvx2, WeightedSumAvx2, RescaleAddAvx2};
+  return kLoops;
 }
 
 }  // namespace deepinfer

@@ -5,7 +5,6 @@
 // of the oracle and never depend on other queries or heads.
 #include <immintrin.h>
 
-#include "core/error.h"
 #include "kernels/cpu/ops.h"
 
 // Compiled for AVX-512 per function, so the library needs no special flags; callers
@@ -13,6 +12,20 @@
 #define DI_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
 
 namespace deepinfer {
+namespace {
+
+// The fixed reduction tree of the two 16-lane accumulators of a dot product (GCC 12 warns
+// spuriously inside _mm512_reduce_add_ps).
+DI_AVX512 inline float ReduceTree(__m512 acc0, __m512 acc1) {
+  const __m512 v = _mm512_add_ps(acc0, acc1);
+  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+}  // namespace
 
 DI_AVX512 float DotProductAvx512(const float* a, const float* b, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
@@ -22,25 +35,138 @@ DI_AVX512 float DotProductAvx512(const float* a, const float* b, int64_t n) {
     acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
   }
   for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-  // A fixed reduction tree (GCC 12 warns spuriously inside _mm512_reduce_add_ps).
-  const __m512 v = _mm512_add_ps(acc0, acc1);
-  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  float sum = _mm_cvtss_f32(s4);
+  float sum = ReduceTree(acc0, acc1);
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
 
 namespace {
 
-// block_acc += p * kv: multiply then add, unfused, as the oracle rounds it.
-DI_AVX512 void AddScaledAvx512(float* block_acc, float p, const float* kv, int64_t dim) {
-  const __m512 pv = _mm512_set1_ps(p);
-  for (int64_t d = 0; d < dim; d += 16) {
-    _mm512_storeu_ps(block_acc + d,
-                     _mm512_add_ps(_mm512_loadu_ps(block_acc + d), _mm512_mul_ps(pv, _mm512_loadu_ps(kv + d))));
+// kHeads queries x kEntries keys at once, each pair exactly DotProductAvx512 (dim % 16 == 0):
+// every K=V load feeds kHeads FMAs and every q load kEntries, where one pair at a time needs two
+// loads per FMA.
+template <int kHeads, int kEntries>
+DI_AVX512 void DotTile(const float* q, int64_t dim, const float* const* kv, float* scores) {
+  __m512 acc0[kHeads][kEntries], acc1[kHeads][kEntries];
+#pragma GCC unroll 16
+  for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 16
+    for (int e = 0; e < kEntries; ++e) acc0[g][e] = acc1[g][e] = _mm512_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + 32 <= dim; i += 32) {
+    __m512 k0[kEntries], k1[kEntries];
+#pragma GCC unroll 16
+    for (int e = 0; e < kEntries; ++e) {
+      k0[e] = _mm512_loadu_ps(kv[e] + i);
+      k1[e] = _mm512_loadu_ps(kv[e] + i + 16);
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) {
+      const __m512 q0 = _mm512_loadu_ps(q + g * dim + i), q1 = _mm512_loadu_ps(q + g * dim + i + 16);
+#pragma GCC unroll 16
+      for (int e = 0; e < kEntries; ++e) {
+        acc0[g][e] = _mm512_fmadd_ps(q0, k0[e], acc0[g][e]);
+        acc1[g][e] = _mm512_fmadd_ps(q1, k1[e], acc1[g][e]);
+      }
+    }
+  }
+  if (i < dim) {  // one 16-element step into the first accumulator
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) {
+      const __m512 q0 = _mm512_loadu_ps(q + g * dim + i);
+#pragma GCC unroll 16
+      for (int e = 0; e < kEntries; ++e) acc0[g][e] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(kv[e] + i), acc0[g][e]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 16
+    for (int e = 0; e < kEntries; ++e) scores[g * kSparseAttentionBlock + e] = ReduceTree(acc0[g][e], acc1[g][e]);
+  }
+}
+
+template <int kHeads>
+DI_AVX512 void DotsForHeads(const float* q, int64_t dim, const float* const* kv, int count, float* scores) {
+  int k = 0;
+  for (; k + 2 <= count; k += 2) DotTile<kHeads, 2>(q, dim, kv + k, scores + k);
+  if (k < count) DotTile<kHeads, 1>(q, dim, kv + k, scores + k);
+}
+
+DI_AVX512 void DotsAvx512(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores) {
+  static_assert(kSparseAttentionHeadGroup == 4);
+  switch (heads) {
+    case 4:
+      return DotsForHeads<4>(q, dim, kv, count, scores);
+    case 3:
+      return DotsForHeads<3>(q, dim, kv, count, scores);
+    case 2:
+      return DotsForHeads<2>(q, dim, kv, count, scores);
+    default:
+      for (int g = 0; g < heads; ++g) DotsForHeads<1>(q + g * dim, dim, kv, count, scores + g * kSparseAttentionBlock);
+  }
+}
+
+// The block's P.V with the accumulators of kHeads heads x 64 elements in registers across all
+// entries: per entry and element, a multiply then an add, in entry order, from 0 (the oracle's
+// roundings).
+template <int kHeads>
+DI_AVX512 void WeightedSumForHeads(const float* p, const float* const* kv, int count, int64_t dim, float* block_acc) {
+  constexpr int kChunks = 4;
+  int64_t d = 0;
+  for (; d + 16 * kChunks <= dim; d += 16 * kChunks) {
+    __m512 acc[kHeads][kChunks];
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
+    }
+    for (int k = 0; k < count; ++k) {
+      __m512 v[kChunks];
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) v[c] = _mm512_loadu_ps(kv[k] + d + 16 * c);
+#pragma GCC unroll 16
+      for (int g = 0; g < kHeads; ++g) {
+        const __m512 pk = _mm512_set1_ps(p[g * kSparseAttentionBlock + k]);
+#pragma GCC unroll 16
+        for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_add_ps(acc[g][c], _mm512_mul_ps(pk, v[c]));
+      }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(block_acc + g * dim + d + 16 * c, acc[g][c]);
+    }
+  }
+  for (; d < dim; d += 16) {
+    __m512 acc[kHeads];
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) acc[g] = _mm512_setzero_ps();
+    for (int k = 0; k < count; ++k) {
+      const __m512 v = _mm512_loadu_ps(kv[k] + d);
+#pragma GCC unroll 16
+      for (int g = 0; g < kHeads; ++g) {
+        acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_set1_ps(p[g * kSparseAttentionBlock + k]), v));
+      }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) _mm512_storeu_ps(block_acc + g * dim + d, acc[g]);
+  }
+}
+
+DI_AVX512 void WeightedSumAvx512(const float* p, int heads, const float* const* kv, int count, int64_t dim,
+                                 float* block_acc) {
+  switch (heads) {
+    case 4:
+      return WeightedSumForHeads<4>(p, kv, count, dim, block_acc);
+    case 3:
+      return WeightedSumForHeads<3>(p, kv, count, dim, block_acc);
+    case 2:
+      return WeightedSumForHeads<2>(p, kv, count, dim, block_acc);
+    default:
+      for (int g = 0; g < heads; ++g) {
+        WeightedSumForHeads<1>(p + g * kSparseAttentionBlock, kv, count, dim, block_acc + g * dim);
+      }
   }
 }
 
@@ -55,11 +181,9 @@ DI_AVX512 void RescaleAddAvx512(float* acc, float scale, const float* block_acc,
 
 }  // namespace
 
-void SparseAttentionWithSinkAvx512(const float* q, int heads, int64_t dim, std::span<const float* const> entries,
-                                   const float* sink, float softmax_scale, float* out, float* scratch) {
-  DI_CHECK(dim % 16 == 0, "AVX-512 attention needs head_dim % 16 == 0, got ", dim);
-  static constexpr AttentionLoops kLoops{DotProductAvx512, AddScaledAvx512, RescaleAddAvx512};
-  SparseAttentionBlocks(kLoops, q, heads, dim, entries, sink, softmax_scale, out, scratch);
+const AttentionLoops& SparseAttentionLoopsAvx512() {
+  static constexpr AttentionLoops kLoops{DotsAvx512, WeightedSumAvx512, RescaleAddAvx512};
+  return kLoops;
 }
 
 }  // namespace deepinfer
