@@ -8,6 +8,7 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 constexpr size_t kMinBlockBytes = size_t{1} << 20;
+constexpr size_t kTouchStride = 4096;  // the smallest page size
 
 size_t AlignUp(size_t v) { return (v + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -129,6 +130,9 @@ void Workspace::Reset() {
     Block block;
     block.size = AlignUp(high_water_);
     block.memory = std::make_unique_for_overwrite<std::byte[]>(block.size + kAlignment);
+    // Fault every page in now, at the end of a step: otherwise the next step, the first to run
+    // in the new block, takes all its page faults and page zeroing.
+    for (size_t offset = 0; offset < block.size + kAlignment; offset += kTouchStride) block.memory[offset] = {};
     blocks_.push_back(std::move(block));
   }
   for (Block& block : blocks_) block.used = 0;

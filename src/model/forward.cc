@@ -77,6 +77,9 @@ void Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeCo
 
   Head(batch, streams, pre_mix, ctx, logits);
   Commit(batch, recent);
+  // Ends the step here as well: a step that outgrew the arena folds it now, faulting the new
+  // block's pages in outside the next step (Workspace::Reset), rather than inside it.
+  workspace.Reset();
 }
 
 Model::Batch Model::ValidateAndReserve(std::span<const ForwardItem> items, Workspace& workspace) const {
