@@ -268,6 +268,8 @@ struct Weights {
     for (int64_t c = 0; c < count; ++c) {
       copies.push_back(WeightMatrix{f, n, k, data + c * stride + offset,
                                     scales.empty() ? nullptr : scales.data() + c * scale_bytes});
+      // As the model loader does: the exponent range lets dense BF16 calls run on vdpbf16ps.
+      if (f == MatrixFormat::kBF16) copies.back().bf16_exponents = ScanBf16Exponents(copies.back());
       if (interleave) {
         interleaved_copies.emplace_back(InterleavedTiles::Bytes(f, n, k));
         copies.back().interleaved = Interleave(copies.back(), interleaved_copies.back().data());
@@ -310,7 +312,8 @@ std::vector<float> Activations(int64_t m, int64_t k) {
 // ---- kernels -------------------------------------------------------------------------------------
 
 // kAvx512Fma / kAvx512Fp8Dot: the AVX-512 kernels with vdpbf16ps off / on the FP8 GEMV only (the
-// Intel plan, Bf16Dot::kFp8Gemv), whatever this CPU's default plan is.
+// Intel plan, Bf16Dot::kFp8Gemv), whatever this CPU's default plan is; kAvx512Fma on dense weights
+// is DenseLinear on FMAs (the default plan on Zen 4 runs BF16 / FP8 on vdpbf16ps where exact).
 // kInterleaved: the default plan on FP8/FP4 weights that carry their interleaved copy
 // (InterleavedTiles).
 enum class Path { kDefault, kInterleaved, kAvx512Fma, kAvx512Fp8Dot, kAvx2, kScalar };
@@ -339,7 +342,9 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   size_t next = 0;
   for (auto _ : state) {
     const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];
-    if (path == Path::kAvx512Fma || path == Path::kAvx512Fp8Dot) {
+    if (path == Path::kAvx512Fma && (dense || !w.quantized())) {
+      DenseLinearAvx512(w, x.data(), m, y.data(), dense_round, pool, Bf16Dot::kNone);
+    } else if (path == Path::kAvx512Fma || path == Path::kAvx512Fp8Dot) {
       QuantizedLinearAvx512(w, x.data(), m, y.data(), pool,
                             path == Path::kAvx512Fma ? Bf16Dot::kNone : Bf16Dot::kFp8Gemv);
     } else if (w.quantized() && !dense) {
@@ -482,11 +487,29 @@ BENCHMARK_CAPTURE(RunLinear, bf16_wo_a_1024x4096, MatrixFormat::kBF16, 1024, 409
 BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280, 5120, Path::kDefault, false)
     ->Args({1, 1})
     ->Args({1, 2})
+    ->Args({2, 2})
     ->Args({4, 2})
     ->Args({16, 1})
     ->Args({16, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)
+    ->Args({512, 2})
+    ->Apply(Configure);
+// The same dense shapes on FMAs only, for the side by side.
+BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_avx512fma, MatrixFormat::kBF16, 129280, 5120, Path::kAvx512Fma,
+                  false)
+    ->Args({1, 2})
+    ->Args({2, 2})
+    ->Args({4, 2})
+    ->Args({16, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120_avx512fma, MatrixFormat::kBF16, 8192, 5120, Path::kAvx512Fma, false)
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_dense_wo_a_1024x4096_avx512fma, MatrixFormat::kFP8Block32, 1024, 4096,
+                  Path::kAvx512Fma, true, 0, /*dense=*/true)
+    ->Args({1, 2})
+    ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
 // F32 weights (the small fp32 projections), GEMV.

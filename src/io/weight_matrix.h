@@ -71,6 +71,16 @@ struct InterleavedTiles {
   }
 };
 
+// The unbiased exponents of a bf16 matrix's nonzero elements, found by one pass at load time
+// (ScanBf16Exponents), so that a kernel can prove its products exact and normal without another
+// pass over the weights. `known` is false by default, and for a matrix holding a subnormal,
+// infinite or NaN element.
+struct Bf16Exponents {
+  bool known = false;
+  int lo = 0;
+  int hi = 0;
+};
+
 struct WeightMatrix {
   MatrixFormat format = MatrixFormat::kBF16;
   int64_t rows = 0;
@@ -78,6 +88,7 @@ struct WeightMatrix {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;    // ue8m0 bytes, quantized formats only
   InterleavedTiles interleaved = {};  // FP8/FP4 only, optional
+  Bf16Exponents bf16_exponents = {};  // BF16 only, optional (of a superset of the rows in a slice)
 
   bool empty() const { return data == nullptr; }
   bool quantized() const { return format == MatrixFormat::kFP8Block32 || format == MatrixFormat::kFP4Row32; }
@@ -106,6 +117,9 @@ struct WeightMatrix {
   // The row fully dequantized (exact in fp32 for every format).
   void DequantizedRow(int64_t row, float* out) const;
 };
+
+// One pass over a BF16 matrix's elements (an all-zero matrix gets {true, 0, 0}).
+Bf16Exponents ScanBf16Exponents(const WeightMatrix& w);
 
 // Writes the interleaved copy of `w` (FP8 or FP4 with K a multiple of 32, in place) to `out`,
 // which holds InterleavedTiles::Bytes(w.format, w.rows, w.cols) bytes, and returns its descriptor.

@@ -200,6 +200,13 @@ class Binder {
     if (m.quantized()) m.scales = Get(ScaleName(name)).data;
     return m;
   }
+  // A matrix the forward multiplies by (not a table it gathers rows from): a BF16 one also gets
+  // its exponent range, which lets the AVX-512 kernels run it on vdpbf16ps.
+  WeightMatrix LinearMatrix(const std::string& name) const {
+    WeightMatrix m = Matrix(name);
+    if (m.format == MatrixFormat::kBF16) m.bf16_exponents = ScanBf16Exponents(m);
+    return m;
+  }
 
  private:
   const Checkpoint& checkpoint_;
@@ -214,7 +221,7 @@ void BindGlobal(const Binder& b, const ExpectedTensor& t, ModelWeights& w) {
       w.norm = b.Vector(t.name);
       return;
     case TensorSlot::kHead:
-      w.head = b.Matrix(t.name);
+      w.head = b.LinearMatrix(t.name);
       return;
     default:
       DI_CHECK(false, "tensor ", t.name, " is outside every block but has a block slot");
@@ -227,7 +234,7 @@ void BindBlock(const Binder& b, const ExpectedTensor& t, LayerWeights& layer) {
   AttentionWeights& a = layer.attn;
   MoeWeights& f = layer.ffn;
   auto matrix = [&](WeightMatrix& slot) {
-    slot = b.Matrix(t.name);
+    slot = b.LinearMatrix(t.name);
     if (t.slot != TensorSlot::kExpertW1 && t.slot != TensorSlot::kExpertW2 && t.slot != TensorSlot::kExpertW3) {
       layer.fixed_matrix_bytes += slot.bytes();
     }

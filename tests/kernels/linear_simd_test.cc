@@ -87,7 +87,7 @@ std::vector<float> RunDense(const Target& t, const WeightMatrix& w, const float*
   ThreadPool pool(threads);
   std::vector<float> y(m * w.rows, std::nanf(""));
   if (t.isa == IsaLevel::kAvx512) {
-    DenseLinearAvx512(w, x, m, y.data(), round, pool);
+    DenseLinearAvx512(w, x, m, y.data(), round, pool, t.dot);
   } else {
     DenseLinearAvx2(w, x, m, y.data(), round, pool);
   }
@@ -661,6 +661,73 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
       }
     }
   }
+}
+
+// Dense BF16 / FP8 weights with bf16-exact activations: on the Zen 4 plan they run on vdpbf16ps
+// where the exponent ranges prove it exact, on FMAs otherwise, and every target gives the canonical
+// sequence's bits either way. The tiny operands below make products subnormal in fp32, which FMAs
+// keep and vdpbf16ps would flush: a range check that let them through would fail here, as would a
+// call that takes the pairs on activations that are not bf16-exact, or on unscanned weights.
+TEST(LinearSimd, DenseOnPairsWhereExactGivesTheCanonicalSequence) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(41);
+  enum class Twist { kNone, kTinyProducts, kNotBf16Exact, kUnscanned };
+  struct Case {
+    MatrixFormat format;
+    int64_t n, k;
+    Twist twist;
+  };
+  const std::vector<Case> cases = {
+      {MatrixFormat::kBF16, 70, 640, Twist::kNone},         {MatrixFormat::kBF16, 37, 5120, Twist::kNone},
+      {MatrixFormat::kFP8Block32, 70, 640, Twist::kNone},   {MatrixFormat::kBF16, 37, 320, Twist::kTinyProducts},
+      {MatrixFormat::kBF16, 37, 320, Twist::kNotBf16Exact}, {MatrixFormat::kBF16, 37, 320, Twist::kUnscanned}};
+  for (const Case& c : cases) {
+    TestMatrix w = c.format == MatrixFormat::kBF16 ? MakeDense(c.format, c.n, c.k, rng)
+                                                   : MakeQuantized(c.format, c.n, c.k, rng, 100, 150);
+    std::vector<float> x = MakeActivations(37, c.k, rng);
+    if (c.twist == Twist::kTinyProducts) {
+      // Row 0 of the weights is zero but for columns 5 and 10, ~2^-65, and so are those columns
+      // of every activation row: row 0 of y sums two subnormal products (~2^-130).
+      for (int64_t i = 0; i < c.k; ++i) {
+        const bf16_t b = FloatToBF16(i == 5 || i == 10 ? 0x1.7p-65f : 0.0f);
+        std::memcpy(w.data.data() + 1 + 2 * i, &b, 2);  // MakeDense's rows start 1 byte in
+      }
+      for (int64_t r = 0; r < 37; ++r) x[r * c.k + 5] = x[r * c.k + 10] = 0x1.3p-65f;
+    }
+    if (c.twist == Twist::kNotBf16Exact) x[3 * c.k + 7] += 0x1p-12f * std::fabs(x[3 * c.k + 7]);
+    if (c.format == MatrixFormat::kBF16 && c.twist != Twist::kUnscanned) w.w.bf16_exponents = ScanBf16Exponents(w.w);
+    for (int64_t m : {1, 2, 3, 4, 5, 9, 37}) {
+      for (const bool round : {false, true}) {
+        const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, /*dense=*/true, round);
+        for (const Target& t : Targets()) {
+          for (int threads : {1, 2}) {
+            ExpectSameBits(RunDense(t, w.w, x.data(), m, round, threads), expected,
+                           t.name + " format " + std::to_string(static_cast<int>(c.format)) + " twist " +
+                               std::to_string(static_cast<int>(c.twist)) + " M=" + std::to_string(m) +
+                               (round ? " rounded" : "") + " threads " + std::to_string(threads));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearSimd, ScanBf16ExponentsFindsTheNonzeroRangeAndRefusesSpecialValues) {
+  auto scan = [](std::vector<float> values) {
+    std::vector<bf16_t> bits;
+    for (float v : values) bits.push_back(FloatToBF16(v));
+    const WeightMatrix w{MatrixFormat::kBF16, 1, static_cast<int64_t>(bits.size()),
+                         reinterpret_cast<const uint8_t*>(bits.data())};
+    return ScanBf16Exponents(w);
+  };
+  const Bf16Exponents e = scan({0.0f, -0.0f, 0.75f, -3.0f, 0x1p-40f});
+  EXPECT_TRUE(e.known);
+  EXPECT_EQ(e.lo, -40);
+  EXPECT_EQ(e.hi, 1);
+  EXPECT_TRUE(scan({0.0f, -0.0f}).known);
+  EXPECT_FALSE(scan({1.0f, 0x1p-130f}).known);  // subnormal
+  EXPECT_FALSE(scan({1.0f, INFINITY}).known);
+  EXPECT_FALSE(scan({1.0f, std::nanf("")}).known);
 }
 
 // ---- the interleaved copy ---------------------------------------------------------------------

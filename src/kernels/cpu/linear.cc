@@ -54,7 +54,8 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
                  const CpuContext& ctx) {
   if (ctx.isa != IsaLevel::kScalar && w.format != MatrixFormat::kFP4Row32) {
-    if (ctx.isa == IsaLevel::kAvx512) return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool, ctx.scratch);
+    static const Bf16Dot dot = ChooseBf16Dot();  // CPUID is a VM exit: ask once
+    if (ctx.isa == IsaLevel::kAvx512) return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool, dot, ctx.scratch);
     return DenseLinearAvx2(w, x, m, y, round_to_bf16, ctx.pool, ctx.scratch);
   }
   const bool fp8 = w.format == MatrixFormat::kFP8Block32;
@@ -90,7 +91,7 @@ std::string_view LinearKernelsName(IsaLevel isa) {
     case IsaLevel::kAvx512:
       switch (ChooseBf16Dot()) {
         case Bf16Dot::kQuantized:
-          return "avx512: fp8/fp4 gemv and gemm on vdpbf16ps, dense on fma";
+          return "avx512: fp8/fp4 gemv and gemm on vdpbf16ps, dense bf16/fp8 on vdpbf16ps where exact, else fma";
         case Bf16Dot::kFp8Gemv:
           return "avx512: fp8 gemv on vdpbf16ps, fp4 and gemm on fma";
         case Bf16Dot::kNone:

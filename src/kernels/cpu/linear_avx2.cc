@@ -664,7 +664,7 @@ void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float
 
 void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
                      ThreadScratch* scratch) {
-  linear_simd::Driver<Avx2>::Dense(w, x, m, y, round_to_bf16, pool, scratch);
+  linear_simd::Driver<Avx2>::Dense(w, x, m, y, round_to_bf16, pool, Bf16Dot::kNone, scratch);
 }
 
 }  // namespace deepinfer

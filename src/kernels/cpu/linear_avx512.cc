@@ -19,7 +19,8 @@
 //     the FP8/FP4 GEMM panels all use it; FP4 decodes to bf16 with one word shift and one vpermw
 //     per group. Measured (linear_bench, 2 threads): FP4 expert GEMV 336 -> 265 us, FP8 wo_b 1.92
 //     -> 1.64 ms, GEMM at M = 512 70% (FP4) and 63% (FP8) of the vdpbf16ps peak.
-//   Dense weights (bf16 / f32 activations, inexact products) always use FMAs.
+//   Dense weights use FMAs, except BF16 and FP8 ones on the Zen 4 plan where a call proves
+//   vdpbf16ps exact (bf16-exact activations and safe exponent ranges, linear_simd.h).
 // GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
 // (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
 #pragma GCC diagnostic push
@@ -140,6 +141,36 @@ void PrepareDense(const float* x, int64_t k, float* xs) {
     _mm512_store_ps(xs + g * kGroup, _mm512_permutex2var_ps(v0, even_idx, v1));
     _mm512_store_ps(xs + g * kGroup + 16, _mm512_permutex2var_ps(v0, odd_idx, v1));
   }
+}
+
+// Dense activations as bf16 pairs (memory order, the BF16 / FP8 pair order), K % 32 == 0: the
+// high word of each float, and what the row holds (linear_simd::DenseRow): a row with a float
+// that is not bf16-exact, or is subnormal, infinite or NaN, cannot run on vdpbf16ps.
+linear_simd::DenseRow PrepareDensePairs(const float* x, int64_t k, uint32_t* xb) {
+  alignas(64) uint16_t high_words[32];
+  for (int j = 0; j < 32; ++j) high_words[j] = static_cast<uint16_t>(2 * j + 1);
+  const __m512i high = _mm512_load_si512(high_words);
+  const __m512i low_bits = _mm512_set1_epi32(0xffff), magnitude = _mm512_set1_epi32(0x7fffffff);
+  __m512i lo = _mm512_set1_epi32(255), hi = _mm512_setzero_si512();
+  __mmask16 inexact = 0;
+  for (int64_t g = 0; g < k / kGroup; ++g) {
+    const __m512i v0 = _mm512_loadu_si512(x + g * kGroup), v1 = _mm512_loadu_si512(x + g * kGroup + 16);
+    inexact |= _mm512_test_epi32_mask(v0, low_bits) | _mm512_test_epi32_mask(v1, low_bits);
+    for (const __m512i v : {v0, v1}) {
+      const __mmask16 nonzero = _mm512_test_epi32_mask(v, magnitude);
+      const __m512i exponent = _mm512_and_si512(_mm512_srli_epi32(v, 23), _mm512_set1_epi32(0xff));
+      lo = _mm512_mask_min_epu32(lo, nonzero, lo, exponent);
+      hi = _mm512_mask_max_epu32(hi, nonzero, hi, exponent);
+    }
+    _mm512_store_si512(xb + g * 16, _mm512_permutex2var_epi16(v0, high, v1));
+  }
+  const int lo_biased = static_cast<int>(_mm512_reduce_min_epu32(lo));
+  const int hi_biased = static_cast<int>(_mm512_reduce_max_epu32(hi));
+  linear_simd::DenseRow row;
+  if (hi_biased == 0) return row;  // all zeros
+  row.pairs_ok = inexact == 0 && lo_biased > 0 && hi_biased < 255;
+  row.exponents = {lo_biased - 127, hi_biased - 127};
+  return row;
 }
 
 // ---- weight decoding: one group (32 weights) of one row ----------------------------------------
@@ -290,11 +321,14 @@ inline __m512i DecodeFp4Pairs(const uint8_t* p, uint8_t scale) {
   return _mm512_permutexvar_epi16(_mm512_srlv_epi16(bytes, shifts), _mm512_load_si512(kFp4Bf16.t[scale]));
 }
 
-// One group of one quantized row as bf16 pairs (FP8: memory order, FP4: its pair order).
+// One group of one row as bf16 pairs (FP8, BF16: memory order, FP4: its pair order); BF16 rows
+// are their own pairs.
 template <MatrixFormat F>
 inline __m512i DecodePairs(const uint8_t* p, uint8_t scale) {
   if constexpr (F == MatrixFormat::kFP4Row32) {
     return DecodeFp4Pairs(p, scale);
+  } else if constexpr (F == MatrixFormat::kBF16) {
+    return _mm512_loadu_si512(p);
   } else {
     return DecodeE4M3(p, scale);
   }
@@ -313,6 +347,9 @@ struct TileRows {
 
 template <MatrixFormat F>
 constexpr bool kQuantized = F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kFP4Row32;
+// Formats whose tiles also run on vdpbf16ps (BF16: dense calls that prove it exact).
+template <MatrixFormat F>
+constexpr bool kPairs = kQuantized<F> || F == MatrixFormat::kBF16;
 
 constexpr int64_t GroupBytes(MatrixFormat f) {
   return f == MatrixFormat::kFP4Row32 ? 16 : f == MatrixFormat::kFP8Block32 ? 32 : f == MatrixFormat::kBF16 ? 64 : 128;
@@ -382,15 +419,17 @@ void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t group
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_load_si512(x + r * xstride + g * 16);
     const uint8_t* p = t.row0 + g * GroupBytes(F);
-    const uint8_t* sc = t.scales0 + g;
+    const uint8_t* sc = kQuantized<F> ? t.scales0 + g : nullptr;  // BF16 rows have no scales
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) {
       if ((g * GroupBytes(F)) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamPrefetch, _MM_HINT_T0);
-      const __m512i w = DecodePairs<F>(p, *sc);
+      const __m512i w = DecodePairs<F>(p, kQuantized<F> ? *sc : 0);
       p += t.stride;
       Opaque(p);
-      sc += t.scales_stride;
-      Opaque(sc);
+      if constexpr (kQuantized<F>) {
+        sc += t.scales_stride;
+        Opaque(sc);
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)xv[r], (__m512bh)w);
     }
@@ -526,7 +565,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
     const int64_t scale_stride = kFp8 ? stride_rows / kQuantBlock * w.scale_cols() : stride_rows * w.scale_cols();
     const TileRows t{w.data + first * row_bytes, stride_rows * row_bytes,
                      kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
-    if constexpr (kQuantized<F>) {
+    if constexpr (kPairs<F>) {
       if (dp) {
         nr == kNR ? TileDp<F, kNR, MR>(t, job.xb, groups * 16, groups, out)
         : nr == 4 ? TileDp<F, 4, MR>(t, job.xb, groups * 16, groups, out)
@@ -804,7 +843,7 @@ struct PanelFn {
   static void Call(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     float* panel = reinterpret_cast<float*>(scratch);
     __m512* acc = reinterpret_cast<__m512*>(panel + Scratch::kPanelFloats);
-    if constexpr (kQuantized<F>) {
+    if constexpr (kPairs<F>) {
       if (job.xb != nullptr) return PanelRowsT<F, true>(job, b, e, panel, acc);
     }
     PanelRowsT<F, false>(job, b, e, panel, acc);
@@ -853,6 +892,19 @@ struct Avx512 {
     return {mn - 127, mx - 127};
   }
   static size_t ScratchBytes(int64_t groups, int64_t m) { return Scratch::Bytes(groups, m); }
+  // On the Zen 4 plan (vdpbf16ps at twice the FMA rate) dense FP8 weights, and BF16 ones in the GEMM,
+  // run on it too wherever a call proves it exact; the Xeon plan keeps them on FMAs (not measured
+  // there). Measured on Zen 4 (linear_bench, 2 threads): BF16 8192x5120 at M = 512 352 -> 166 ms,
+  // FP8 wo_a 1024x4096 at M = 1 / 16 / 512 0.283 / 1.23 / 30.2 -> 0.210 / 0.69 / 16.5 ms; but the
+  // BF16 head GEMV (M = 1, 2), which needs no decode, streamed DRAM no faster, often slower
+  // (50-52 ms on FMAs, 58-71 ms on vdpbf16ps), so BF16 streaming tiles stay on FMAs.
+  static bool DenseUsesPairs(MatrixFormat f, int64_t m, Bf16Dot dot) {
+    if (dot != Bf16Dot::kQuantized) return false;
+    return f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kBF16 && m > kStreamMaxM);
+  }
+  static linear_simd::DenseRow PrepareDensePairsRow(const float* x, int64_t k, uint32_t* xb) {
+    return PrepareDensePairs(x, k, xb);
+  }
   static bool UsesPairs(MatrixFormat f, int64_t m, Bf16Dot dot) {
     switch (f) {
       case MatrixFormat::kFP8Block32:
@@ -879,8 +931,8 @@ void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, flo
 }
 
 void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
-                       ThreadScratch* scratch) {
-  linear_simd::Driver<Avx512>::Dense(w, x, m, y, round_to_bf16, pool, scratch);
+                       Bf16Dot dot, ThreadScratch* scratch) {
+  linear_simd::Driver<Avx512>::Dense(w, x, m, y, round_to_bf16, pool, dot, scratch);
 }
 
 }  // namespace deepinfer

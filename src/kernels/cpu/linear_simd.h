@@ -15,7 +15,10 @@
 //      is both two FMAs and exactly one `vdpbf16ps` on (even, odd) bf16 pairs: measured on Intel
 //      Xeon and AMD Zen 4, vdpbf16ps adds the odd product first and rounds after each add (see the
 //      test).
-//      Dense weights use FMAs only (fp32 activations make the products inexact).
+//      Dense weights use FMAs, except where a call proves vdpbf16ps exact (DensePairsAreExact):
+//      BF16 or FP8 weights, bf16-exact activations, exponent ranges under which every product is
+//      exact and every product and partial sum is 0 or a normal fp32 (vdpbf16ps flushes
+//      subnormals; FMA does not).
 //   3. The 16 lanes are summed as a fixed tree: (i, i+8), then (i, i+4), (i, i+2), (i, i+1).
 //   4. Output: NaN becomes the canonical quiet NaN; quantized (and round_to_bf16) outputs are
 //      rounded to bf16 with round-to-nearest-even.
@@ -65,7 +68,7 @@ namespace deepinfer {
 void QuantizedLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool, Bf16Dot dot,
                            ThreadScratch* scratch = nullptr);
 void DenseLinearAvx512(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
-                       ThreadScratch* scratch = nullptr);
+                       Bf16Dot dot, ThreadScratch* scratch = nullptr);
 void QuantizedLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, ThreadPool& pool,
                          ThreadScratch* scratch = nullptr);
 void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
@@ -139,12 +142,37 @@ bool FoldIsExact(MatrixFormat format, ExpRange a, ExpRange b) {
   return b.lo >= -125 && b.hi <= 125 && a.lo + b.lo >= -116 && a.hi + b.hi <= 90;
 }
 
+// Dense operands on vdpbf16ps: every nonzero element is a multiple of 2^quantum and below
+// 2^bound in magnitude. A bf16 value with exponent e is a multiple of 2^(e-7) below 2^(e+1); an
+// FP8 weight e4m3 * 2^s a multiple of 2^(s-9) below 2^(s+9).
+struct DenseOperand {
+  int quantum = 0;
+  int bound = 0;
+};
+constexpr DenseOperand Bf16Operand(ExpRange exponents) { return {exponents.lo - 7, exponents.hi + 1}; }
+constexpr DenseOperand Fp8Operand(ExpRange scales) { return {scales.lo - 9, scales.hi + 9}; }
+// Products are multiples of 2^(qx + qw), and so is every rounded partial sum: all nonzero ones are
+// normal when that is >= 2^-126. Their magnitudes stay below 2^(bx + bw + 20) for K <= 2^20.
+constexpr bool DensePairsAreExact(DenseOperand x, DenseOperand w) {
+  return x.quantum + w.quantum >= -126 && x.bound + w.bound <= 100;
+}
+
+// What the activation side of a dense vdpbf16ps call found, per row: whether every element is
+// bf16-exact and normal or zero, and the exponent range of the nonzero ones (empty: lo > hi).
+struct DenseRow {
+  bool pairs_ok = true;
+  ExpRange exponents{1 << 20, -(1 << 20)};
+};
+
 // Drives one call: prepares the activations, partitions the weight rows statically over the
 // pool and falls back to the oracle replica where FoldIsExact fails. Isa provides:
 //   ExpRange PrepareQuantizedRow(x, k, format, xs_row, xb_row)  one of them null (activation scales)
 //   void PrepareDenseRow(x, k, format, xs_row)
 //   ExpRange ScaleRange(ue8m0 bytes, count)
 //   bool UsesPairs(format, m, dot)                 whether the kernels read Job::xb
+//   optional, for dense vdpbf16ps:
+//   bool DenseUsesPairs(format, m, dot)            whether to try it (K % 32 == 0 is checked here)
+//   DenseRow PrepareDensePairsRow(x, k, xb_row)    bf16 pairs of one row, and what it found
 //   size_t ScratchBytes(groups, m)
 //   int64_t kStreamMaxM                            rows up to which StreamRows runs
 //   void StreamRows(job, n_begin, n_end, scratch)   m <= Isa::kStreamMaxM: weights streamed
@@ -182,7 +210,7 @@ class Driver {
 
   // BF16, F32, or FP8 weights standing for their bf16 dequantization (DenseLinear).
   static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
-                    ThreadScratch* scratch) {
+                    Bf16Dot dot, ThreadScratch* scratch) {
     if (m == 0 || w.rows == 0) return;
     if (w.format == MatrixFormat::kFP8Block32 && !Fp8DecodesToBf16(w)) {
       // Scales where e4m3 * 2^s is not a normal bf16: run on the bf16 dequantization itself.
@@ -193,7 +221,10 @@ class Driver {
         for (int64_t c = 0; c < w.cols; ++c) dense[n * w.cols + c] = FloatToBF16(row[c]);
       }
       const WeightMatrix bf16{MatrixFormat::kBF16, w.rows, w.cols, reinterpret_cast<const uint8_t*>(dense.data())};
-      return Dense(bf16, x, m, y, round_to_bf16, pool, scratch);
+      return Dense(bf16, x, m, y, round_to_bf16, pool, dot, scratch);
+    }
+    if constexpr (requires { Isa::PrepareDensePairsRow; }) {
+      if (DensePairs(w, x, m, y, round_to_bf16, pool, dot, scratch)) return;
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
     Array<float> xs = Activations<float>(m, groups * kGroup, scratch, kActivationsSlot);
@@ -246,6 +277,42 @@ class Driver {
     T* data_ = nullptr;
     bool owned_ = true;
   };
+
+  // The dense call on vdpbf16ps when the weights' exponents are known and the activations turn out
+  // bf16-exact with ranges that make it exact (DensePairsAreExact); false: run it on FMAs instead.
+  static bool DensePairs(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
+                         ThreadPool& pool, Bf16Dot dot, ThreadScratch* scratch) {
+    if (w.cols % kGroup != 0 || !Isa::DenseUsesPairs(w.format, m, dot)) return false;
+    DenseOperand weights;
+    if (w.format == MatrixFormat::kBF16) {
+      if (!w.bf16_exponents.known) return false;
+      weights = Bf16Operand({w.bf16_exponents.lo, w.bf16_exponents.hi});
+    } else {
+      weights = Fp8Operand(Isa::ScaleRange(w.scales, w.scale_rows() * w.scale_cols()));
+    }
+    const int64_t groups = w.cols / kGroup;
+    Array<uint32_t> xb = Activations<uint32_t>(m, groups * (kGroup / 2), scratch, kPairsSlot);
+    Array<DenseRow> rows(m, scratch, 0, kRangesSlot);
+    ForRows(pool, m, groups, [&](int64_t r) {
+      rows[r] = Isa::PrepareDensePairsRow(x + r * w.cols, w.cols, xb.data() + r * groups * (kGroup / 2));
+    });
+    DenseRow all;
+    for (int64_t r = 0; r < m; ++r) {
+      all.pairs_ok = all.pairs_ok && rows[r].pairs_ok;
+      all.exponents = {std::min(all.exponents.lo, rows[r].exponents.lo),
+                       std::max(all.exponents.hi, rows[r].exponents.hi)};
+    }
+    if (!all.pairs_ok) return false;
+    if (all.exponents.lo <= all.exponents.hi && !DensePairsAreExact(Bf16Operand(all.exponents), weights)) return false;
+    const Job job{&w, m, groups, nullptr, xb.data(), round_to_bf16, y};
+    const size_t unit = w.interleaved ? static_cast<size_t>(InterleavedTiles::kRows) : 1;
+    const size_t units = (static_cast<size_t>(w.rows) + unit - 1) / unit;
+    pool.ParallelForThreads(units, (MinRowsPerPart(w, m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
+      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
+      Run(job, begin * unit, std::min(end * unit, static_cast<size_t>(w.rows)), tile.data());
+    });
+    return true;
+  }
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
