@@ -671,7 +671,7 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
 TEST(LinearSimd, DenseOnPairsWhereExactGivesTheCanonicalSequence) {
   SKIP_WITHOUT_SIMD();
   std::mt19937_64 rng(41);
-  enum class Twist { kNone, kTinyProducts, kNotBf16Exact, kUnscanned };
+  enum class Twist { kNone, kTinyProducts, kNotBf16Exact, kUnscanned, kSubnormalRow };
   struct Case {
     MatrixFormat format;
     int64_t n, k;
@@ -680,7 +680,8 @@ TEST(LinearSimd, DenseOnPairsWhereExactGivesTheCanonicalSequence) {
   const std::vector<Case> cases = {
       {MatrixFormat::kBF16, 70, 640, Twist::kNone},         {MatrixFormat::kBF16, 37, 5120, Twist::kNone},
       {MatrixFormat::kFP8Block32, 70, 640, Twist::kNone},   {MatrixFormat::kBF16, 37, 320, Twist::kTinyProducts},
-      {MatrixFormat::kBF16, 37, 320, Twist::kNotBf16Exact}, {MatrixFormat::kBF16, 37, 320, Twist::kUnscanned}};
+      {MatrixFormat::kBF16, 37, 320, Twist::kNotBf16Exact}, {MatrixFormat::kBF16, 37, 320, Twist::kUnscanned},
+      {MatrixFormat::kBF16, 37, 320, Twist::kSubnormalRow}};
   for (const Case& c : cases) {
     TestMatrix w = c.format == MatrixFormat::kBF16 ? MakeDense(c.format, c.n, c.k, rng)
                                                    : MakeQuantized(c.format, c.n, c.k, rng, 100, 150);
@@ -695,6 +696,10 @@ TEST(LinearSimd, DenseOnPairsWhereExactGivesTheCanonicalSequence) {
       for (int64_t r = 0; r < 37; ++r) x[r * c.k + 5] = x[r * c.k + 10] = 0x1.3p-65f;
     }
     if (c.twist == Twist::kNotBf16Exact) x[3 * c.k + 7] += 0x1p-12f * std::fabs(x[3 * c.k + 7]);
+    if (c.twist == Twist::kSubnormalRow) {
+      // Activation row 0 holds only zeros and bf16 subnormals, which vdpbf16ps would read as 0.
+      for (int64_t i = 0; i < c.k; ++i) x[i] = i % 3 == 0 ? BF16ToFloat(static_cast<bf16_t>(0x0045 + i % 7)) : 0.0f;
+    }
     if (c.format == MatrixFormat::kBF16 && c.twist != Twist::kUnscanned) w.w.bf16_exponents = ScanBf16Exponents(w.w);
     for (int64_t m : {1, 2, 3, 4, 5, 9, 37}) {
       for (const bool round : {false, true}) {

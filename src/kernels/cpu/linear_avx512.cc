@@ -167,7 +167,7 @@ linear_simd::DenseRow PrepareDensePairs(const float* x, int64_t k, uint32_t* xb)
   const int lo_biased = static_cast<int>(_mm512_reduce_min_epu32(lo));
   const int hi_biased = static_cast<int>(_mm512_reduce_max_epu32(hi));
   linear_simd::DenseRow row;
-  if (hi_biased == 0) return row;  // all zeros
+  if (lo_biased == 255) return row;  // all zeros (a subnormal is nonzero with exponent 0)
   row.pairs_ok = inexact == 0 && lo_biased > 0 && hi_biased < 255;
   row.exponents = {lo_biased - 127, hi_biased - 127};
   return row;
