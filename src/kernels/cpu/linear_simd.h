@@ -196,23 +196,17 @@ class Driver {
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
     const Job job{&w, m, groups, xs.data(), xb.data(), true, y};
-    // An interleaved matrix is split between the threads in whole tiles.
-    const size_t unit = w.interleaved ? static_cast<size_t>(InterleavedTiles::kRows) : 1;
-    const size_t units = (static_cast<size_t>(w.rows) + unit - 1) / unit;
-    pool.ParallelForThreads(units, (MinRowsPerPart(w, m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
-      begin *= unit;
-      end = std::min(end * unit, static_cast<size_t>(w.rows));
-      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
-      Run(job, begin, end, tile.data());
-      RecomputeInexact(w, x, m, y, act.data(), all, begin, end);
-    });
+    RunSplit(job, pool, scratch,
+             [&](size_t begin, size_t end) { RecomputeInexact(w, x, m, y, act.data(), all, begin, end); });
   }
 
   // BF16, F32, or FP8 weights standing for their bf16 dequantization (DenseLinear).
   static void Dense(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16, ThreadPool& pool,
                     Bf16Dot dot, ThreadScratch* scratch) {
     if (m == 0 || w.rows == 0) return;
-    if (w.format == MatrixFormat::kFP8Block32 && !Fp8DecodesToBf16(w)) {
+    const bool fp8 = w.format == MatrixFormat::kFP8Block32;
+    const ExpRange fp8_scales = fp8 ? Isa::ScaleRange(w.scales, w.scale_rows() * w.scale_cols()) : ExpRange{};
+    if (fp8 && !Fp8DecodesToBf16(fp8_scales)) {
       // Scales where e4m3 * 2^s is not a normal bf16: run on the bf16 dequantization itself.
       Array<bf16_t> dense(w.rows * w.cols);
       Array<float> row(w.cols);
@@ -224,19 +218,14 @@ class Driver {
       return Dense(bf16, x, m, y, round_to_bf16, pool, dot, scratch);
     }
     if constexpr (requires { Isa::PrepareDensePairsRow; }) {
-      if (DensePairs(w, x, m, y, round_to_bf16, pool, dot, scratch)) return;
+      if (DensePairs(w, fp8_scales, x, m, y, round_to_bf16, pool, dot, scratch)) return;
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
     Array<float> xs = Activations<float>(m, groups * kGroup, scratch, kActivationsSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
     });
-    const Job job{&w, m, groups, xs.data(), nullptr, round_to_bf16, y};
-    pool.ParallelForThreads(static_cast<size_t>(w.rows), MinRowsPerPart(w, m),
-                            [&](size_t begin, size_t end, int thread) {
-                              Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
-                              Run(job, begin, end, tile.data());
-                            });
+    RunSplit(Job{&w, m, groups, xs.data(), nullptr, round_to_bf16, y}, pool, scratch, [](size_t, size_t) {});
   }
 
  private:
@@ -280,15 +269,16 @@ class Driver {
 
   // The dense call on vdpbf16ps when the weights' exponents are known and the activations turn out
   // bf16-exact with ranges that make it exact (DensePairsAreExact); false: run it on FMAs instead.
-  static bool DensePairs(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
-                         ThreadPool& pool, Bf16Dot dot, ThreadScratch* scratch) {
+  // `fp8_scales`: the scale range of FP8 weights.
+  static bool DensePairs(const WeightMatrix& w, ExpRange fp8_scales, const float* x, int64_t m, float* y,
+                         bool round_to_bf16, ThreadPool& pool, Bf16Dot dot, ThreadScratch* scratch) {
     if (w.cols % kGroup != 0 || !Isa::DenseUsesPairs(w.format, m, dot)) return false;
     DenseOperand weights;
     if (w.format == MatrixFormat::kBF16) {
       if (!w.bf16_exponents.known) return false;
       weights = Bf16Operand({w.bf16_exponents.lo, w.bf16_exponents.hi});
     } else {
-      weights = Fp8Operand(Isa::ScaleRange(w.scales, w.scale_rows() * w.scale_cols()));
+      weights = Fp8Operand(fp8_scales);
     }
     const int64_t groups = w.cols / kGroup;
     Array<uint32_t> xb = Activations<uint32_t>(m, groups * (kGroup / 2), scratch, kPairsSlot);
@@ -304,14 +294,25 @@ class Driver {
     }
     if (!all.pairs_ok) return false;
     if (all.exponents.lo <= all.exponents.hi && !DensePairsAreExact(Bf16Operand(all.exponents), weights)) return false;
-    const Job job{&w, m, groups, nullptr, xb.data(), round_to_bf16, y};
+    RunSplit(Job{&w, m, groups, nullptr, xb.data(), round_to_bf16, y}, pool, scratch, [](size_t, size_t) {});
+    return true;
+  }
+
+  // Splits the job's weight rows statically between the threads (an interleaved matrix in whole
+  // tiles), runs each part with its thread's tile scratch, then `after(begin, end)` on the part.
+  template <class After>
+  static void RunSplit(const Job& job, ThreadPool& pool, ThreadScratch* scratch, const After& after) {
+    const WeightMatrix& w = *job.w;
     const size_t unit = w.interleaved ? static_cast<size_t>(InterleavedTiles::kRows) : 1;
     const size_t units = (static_cast<size_t>(w.rows) + unit - 1) / unit;
-    pool.ParallelForThreads(units, (MinRowsPerPart(w, m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
-      Array<unsigned char> tile(Isa::ScratchBytes(groups, m), scratch, thread, kTileSlot);
-      Run(job, begin * unit, std::min(end * unit, static_cast<size_t>(w.rows)), tile.data());
-    });
-    return true;
+    pool.ParallelForThreads(
+        units, (MinRowsPerPart(w, job.m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
+          begin *= unit;
+          end = std::min(end * unit, static_cast<size_t>(w.rows));
+          Array<unsigned char> tile(Isa::ScratchBytes(job.groups, job.m), scratch, thread, kTileSlot);
+          Run(job, begin, end, tile.data());
+          after(begin, end);
+        });
   }
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
@@ -325,11 +326,8 @@ class Driver {
 
   // Whether every e4m3 code times its block scale is a normal bf16 (or zero / NaN for the NaN
   // codes): then the kernels' FP8 decoders produce exactly FloatToBF16(E4M3ToFloat(c) * scale).
-  // Scale bytes 10..245 (the FoldIsExact weight range).
-  static bool Fp8DecodesToBf16(const WeightMatrix& w) {
-    const ExpRange b = Isa::ScaleRange(w.scales, (w.rows + kQuantBlock - 1) / kQuantBlock * w.scale_cols());
-    return b.lo >= -117 && b.hi <= 118;
-  }
+  // Scale bytes 10..245 (the FoldIsExact weight range); `scales`: the matrix's scale range.
+  static bool Fp8DecodesToBf16(ExpRange scales) { return scales.lo >= -117 && scales.hi <= 118; }
 
   // Canonical activation rows (fp32 or bf16 pairs) of `row_size` elements; for the GEMM path m is
   // rounded up to its tile with zero rows. m = 0: none.
