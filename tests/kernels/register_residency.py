@@ -23,9 +23,9 @@ REQUIRED = {
     "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4Row32,"),
     "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
     "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
-    "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads)<"),
+    "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads|WeightedSumColumns)<"),
 }
-KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|WeightedSumForHeads)\b")
+KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|WeightedSumForHeads|WeightedSumColumns)\b")
 
 
 def matrix_formats():

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
@@ -44,7 +45,7 @@ void SparseAttentionWithSink(IsaLevel isa, const float* q, int heads, int64_t di
 // kSparseAttentionHeadGroup heads; the levels differ only in its three loops, which must keep
 // the oracle's roundings apart from the q.k summation order (the build has -ffp-contract=off, so
 // the skeleton's own arithmetic is the same in every translation unit). Within a block the
-// skeleton passes only the non-empty entries, in order.
+// skeleton passes only the non-empty entries, in order, and 1..kSparseAttentionHeadGroup heads.
 struct AttentionLoops {
   // scores[g * kSparseAttentionBlock + k] = q_g . kv[k] for g < heads, k < count, where q_g is
   // q + g * dim; each dot product on its own, in the level's order (DotProduct).
@@ -55,6 +56,23 @@ struct AttentionLoops {
   // acc = acc * scale + block_acc over dim elements: a multiply, then an add.
   void (*rescale_add)(float* acc, float scale, const float* block_acc, int64_t dim);
 };
+// Runs run.template operator()<kHeads>() for `heads` in 1..kSparseAttentionHeadGroup: the SIMD
+// levels' loops are templates on the head count of a group.
+template <class Run>
+void WithHeadCount(int heads, const Run& run) {
+  static_assert(kSparseAttentionHeadGroup == 4);
+  switch (heads) {
+    case 1:
+      return run.template operator()<1>();
+    case 2:
+      return run.template operator()<2>();
+    case 3:
+      return run.template operator()<3>();
+    case 4:
+      return run.template operator()<4>();
+  }
+  DI_CHECK(false, "attention loops: ", heads, " heads in a group of at most ", kSparseAttentionHeadGroup);
+}
 void SparseAttentionBlocks(const AttentionLoops& loops, const float* q, int heads, int64_t dim,
                            std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
                            float* scratch);

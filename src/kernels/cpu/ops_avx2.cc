@@ -73,19 +73,7 @@ DI_AVX2 void WeightedSumForHeads(const float* p, const float* const* kv, int cou
 
 DI_AVX2 void WeightedSumAvx2(const float* p, int heads, const float* const* kv, int count, int64_t dim,
                              float* block_acc) {
-  static_assert(kSparseAttentionHeadGroup == 4);
-  switch (heads) {
-    case 4:
-      return WeightedSumForHeads<4>(p, kv, count, dim, block_acc);
-    case 3:
-      return WeightedSumForHeads<3>(p, kv, count, dim, block_acc);
-    case 2:
-      return WeightedSumForHeads<2>(p, kv, count, dim, block_acc);
-    default:
-      for (int g = 0; g < heads; ++g) {
-        WeightedSumForHeads<1>(p + g * kSparseAttentionBlock, kv, count, dim, block_acc + g * dim);
-      }
-  }
+  WithHeadCount(heads, [&]<int kHeads>() { WeightedSumForHeads<kHeads>(p, kv, count, dim, block_acc); });
 }
 
 // acc = acc * scale + block_acc, unfused.

@@ -94,80 +94,50 @@ DI_AVX512 void DotsForHeads(const float* q, int64_t dim, const float* const* kv,
 }
 
 DI_AVX512 void DotsAvx512(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores) {
-  static_assert(kSparseAttentionHeadGroup == 4);
-  switch (heads) {
-    case 4:
-      return DotsForHeads<4>(q, dim, kv, count, scores);
-    case 3:
-      return DotsForHeads<3>(q, dim, kv, count, scores);
-    case 2:
-      return DotsForHeads<2>(q, dim, kv, count, scores);
-    default:
-      for (int g = 0; g < heads; ++g) DotsForHeads<1>(q + g * dim, dim, kv, count, scores + g * kSparseAttentionBlock);
+  WithHeadCount(heads, [&]<int kHeads>() { DotsForHeads<kHeads>(q, dim, kv, count, scores); });
+}
+
+// Columns [d, d + 16 kChunks) of the block's P.V for kHeads heads, their accumulators in registers
+// across all entries: per entry and element, a multiply then an add, in entry order, from 0 (the
+// oracle's roundings).
+template <int kHeads, int kChunks>
+DI_AVX512 void WeightedSumColumns(const float* p, const float* const* kv, int count, int64_t dim, int64_t d,
+                                  float* block_acc) {
+  __m512 acc[kHeads][kChunks];
+#pragma GCC unroll 16
+  for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
+  }
+  for (int k = 0; k < count; ++k) {
+    __m512 v[kChunks];
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) v[c] = _mm512_loadu_ps(kv[k] + d + 16 * c);
+#pragma GCC unroll 16
+    for (int g = 0; g < kHeads; ++g) {
+      const __m512 pk = _mm512_set1_ps(p[g * kSparseAttentionBlock + k]);
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_add_ps(acc[g][c], _mm512_mul_ps(pk, v[c]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(block_acc + g * dim + d + 16 * c, acc[g][c]);
   }
 }
 
-// The block's P.V with the accumulators of kHeads heads x 64 elements in registers across all
-// entries: per entry and element, a multiply then an add, in entry order, from 0 (the oracle's
-// roundings).
+// 64 columns at a time (16 accumulators for 4 heads), then 16 (dim % 16 == 0).
 template <int kHeads>
 DI_AVX512 void WeightedSumForHeads(const float* p, const float* const* kv, int count, int64_t dim, float* block_acc) {
-  constexpr int kChunks = 4;
   int64_t d = 0;
-  for (; d + 16 * kChunks <= dim; d += 16 * kChunks) {
-    __m512 acc[kHeads][kChunks];
-#pragma GCC unroll 16
-    for (int g = 0; g < kHeads; ++g) {
-#pragma GCC unroll 16
-      for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_setzero_ps();
-    }
-    for (int k = 0; k < count; ++k) {
-      __m512 v[kChunks];
-#pragma GCC unroll 16
-      for (int c = 0; c < kChunks; ++c) v[c] = _mm512_loadu_ps(kv[k] + d + 16 * c);
-#pragma GCC unroll 16
-      for (int g = 0; g < kHeads; ++g) {
-        const __m512 pk = _mm512_set1_ps(p[g * kSparseAttentionBlock + k]);
-#pragma GCC unroll 16
-        for (int c = 0; c < kChunks; ++c) acc[g][c] = _mm512_add_ps(acc[g][c], _mm512_mul_ps(pk, v[c]));
-      }
-    }
-#pragma GCC unroll 16
-    for (int g = 0; g < kHeads; ++g) {
-#pragma GCC unroll 16
-      for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(block_acc + g * dim + d + 16 * c, acc[g][c]);
-    }
-  }
-  for (; d < dim; d += 16) {
-    __m512 acc[kHeads];
-#pragma GCC unroll 16
-    for (int g = 0; g < kHeads; ++g) acc[g] = _mm512_setzero_ps();
-    for (int k = 0; k < count; ++k) {
-      const __m512 v = _mm512_loadu_ps(kv[k] + d);
-#pragma GCC unroll 16
-      for (int g = 0; g < kHeads; ++g) {
-        acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_set1_ps(p[g * kSparseAttentionBlock + k]), v));
-      }
-    }
-#pragma GCC unroll 16
-    for (int g = 0; g < kHeads; ++g) _mm512_storeu_ps(block_acc + g * dim + d, acc[g]);
-  }
+  for (; d + 64 <= dim; d += 64) WeightedSumColumns<kHeads, 4>(p, kv, count, dim, d, block_acc);
+  for (; d < dim; d += 16) WeightedSumColumns<kHeads, 1>(p, kv, count, dim, d, block_acc);
 }
 
 DI_AVX512 void WeightedSumAvx512(const float* p, int heads, const float* const* kv, int count, int64_t dim,
                                  float* block_acc) {
-  switch (heads) {
-    case 4:
-      return WeightedSumForHeads<4>(p, kv, count, dim, block_acc);
-    case 3:
-      return WeightedSumForHeads<3>(p, kv, count, dim, block_acc);
-    case 2:
-      return WeightedSumForHeads<2>(p, kv, count, dim, block_acc);
-    default:
-      for (int g = 0; g < heads; ++g) {
-        WeightedSumForHeads<1>(p + g * kSparseAttentionBlock, kv, count, dim, block_acc + g * dim);
-      }
-  }
+  WithHeadCount(heads, [&]<int kHeads>() { WeightedSumForHeads<kHeads>(p, kv, count, dim, block_acc); });
 }
 
 // acc = acc * scale + block_acc, unfused.
