@@ -315,8 +315,19 @@ std::vector<float> Activations(int64_t m, int64_t k) {
 // Intel plan, Bf16Dot::kFp8Gemv), whatever this CPU's default plan is; kAvx512Fma on dense weights
 // is DenseLinear on FMAs (the default plan on Zen 4 runs BF16 / FP8 on vdpbf16ps where exact).
 // kInterleaved: the default plan on FP8/FP4 weights that carry their interleaved copy
-// (InterleavedTiles).
-enum class Path { kDefault, kInterleaved, kAvx512Fma, kAvx512Fp8Dot, kAvx2, kScalar };
+// (InterleavedTiles). kAvx512AllDot / kInterleavedAllDot: the Zen 4 plan (Bf16Dot::kQuantized,
+// every FP8/FP4 tile and panel on vdpbf16ps) whatever this CPU's default plan is, so the two plans
+// are compared in one run on either CPU kind.
+enum class Path {
+  kDefault,
+  kInterleaved,
+  kAvx512Fma,
+  kAvx512Fp8Dot,
+  kAvx512AllDot,
+  kInterleavedAllDot,
+  kAvx2,
+  kScalar
+};
 
 // Args: {M, threads}. `dense`: FP8 weights through DenseLinear (no activation quantization).
 void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Path path, bool dense_round,
@@ -327,9 +338,10 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   const IsaLevel best = DetectIsa();
   if (best == IsaLevel::kScalar) return state.SkipWithError("needs AVX2");
   if (path == Path::kAvx512Fma && best < IsaLevel::kAvx512) return state.SkipWithError("needs AVX-512");
-  if (path == Path::kAvx512Fp8Dot && !HasBf16()) return state.SkipWithError("needs AVX512-BF16");
+  const bool all_dot = path == Path::kAvx512AllDot || path == Path::kInterleavedAllDot;
+  if ((path == Path::kAvx512Fp8Dot || all_dot) && !HasBf16()) return state.SkipWithError("needs AVX512-BF16");
   const bool streaming = m <= 16;  // GEMV: stream >= 1 GiB of weights; GEMM: one copy, compute-bound
-  const bool interleave = path == Path::kInterleaved;
+  const bool interleave = path == Path::kInterleaved || path == Path::kInterleavedAllDot;
   if (interleave && f != MatrixFormat::kFP4Row32 && f != MatrixFormat::kFP8Block32)
     return state.SkipWithError("interleaving is for FP8/FP4");
   const Weights& weights = GetWeights(f, n, k, streaming, misalign, interleave);
@@ -344,9 +356,11 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
     const WeightMatrix& w = weights.copies[next++ % weights.copies.size()];
     if (path == Path::kAvx512Fma && (dense || !w.quantized())) {
       DenseLinearAvx512(w, x.data(), m, y.data(), dense_round, pool, Bf16Dot::kNone);
-    } else if (path == Path::kAvx512Fma || path == Path::kAvx512Fp8Dot) {
+    } else if (path == Path::kAvx512Fma || path == Path::kAvx512Fp8Dot || all_dot) {
       QuantizedLinearAvx512(w, x.data(), m, y.data(), pool,
-                            path == Path::kAvx512Fma ? Bf16Dot::kNone : Bf16Dot::kFp8Gemv);
+                            all_dot                       ? Bf16Dot::kQuantized
+                            : path == Path::kAvx512Fp8Dot ? Bf16Dot::kFp8Gemv
+                                                          : Bf16Dot::kNone);
     } else if (w.quantized() && !dense) {
       QuantizedLinear(w, x.data(), m, y.data(), ctx);
     } else {
@@ -403,6 +417,42 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4R
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_fp8dot, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fp8Dot,
                   true)
     ->Args({1, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_alldot, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512AllDot,
+                  true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_interleaved_alldot, MatrixFormat::kFP4Row32, 2304, 5120,
+                  Path::kInterleavedAllDot, true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_alldot, MatrixFormat::kFP4Row32, 5120, 2304, Path::kAvx512AllDot,
+                  true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_interleaved_alldot, MatrixFormat::kFP4Row32, 5120, 2304,
+                  Path::kInterleavedAllDot, true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_alldot, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512AllDot,
+                  true)
+    ->Args({1, 2})
+    ->Args({16, 2})
+    ->Args({512, 2})
+    ->Apply(Configure);
+BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved_alldot, MatrixFormat::kFP8Block32, 5120, 8192,
+                  Path::kInterleavedAllDot, true)
+    ->Args({1, 2})
+    ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)

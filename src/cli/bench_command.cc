@@ -159,10 +159,13 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
   return result;
 }
 
+// The instruction the prefill GEMM panels run on: vdpbf16ps only where the kernel plan puts the
+// panels on it (Zen 4, twice the FMA rate); on Intel the panels use FMAs, which run there at twice
+// the vdpbf16ps rate, so a vdpbf16ps peak would halve the denominator.
 PeakKind PeakKindFor(IsaLevel isa) {
   switch (isa) {
     case IsaLevel::kAvx512:
-      return CpuHasAvx512Bf16() ? PeakKind::kAvx512Bf16Dot : PeakKind::kAvx512Fma;
+      return ChooseBf16Dot() == Bf16Dot::kQuantized ? PeakKind::kAvx512Bf16Dot : PeakKind::kAvx512Fma;
     case IsaLevel::kAvx2:
       return PeakKind::kAvx2Fma;
     case IsaLevel::kScalar:
