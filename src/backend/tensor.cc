@@ -89,6 +89,14 @@ Tensor Tensor::Reshaped(std::initializer_list<int64_t> new_shape) const {
   return t;
 }
 
+Tensor Tensor::Elements(int64_t begin, int64_t count) const {
+  DI_CHECK(contiguous(), "element range of a strided tensor");
+  DI_CHECK(begin >= 0 && count >= 0 && begin + count <= elements(), "elements [", begin, ", ", begin + count,
+           ") of a tensor of ", elements());
+  return Contiguous(dtype, device, {count},
+                    static_cast<std::byte*>(data) + begin * static_cast<int64_t>(ElementBytes(dtype)));
+}
+
 Tensor Workspace::Take(ElementType dtype, std::initializer_list<int64_t> shape) {
   Tensor t = Tensor::Contiguous(dtype, device_, shape, nullptr);
   t.data = Allocate(static_cast<size_t>(t.elements()) * ElementBytes(dtype));

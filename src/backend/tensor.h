@@ -91,6 +91,9 @@ struct Tensor {
   Tensor Rows(int64_t begin, int64_t count) const;
   // The same memory with another contiguous shape of as many elements.
   Tensor Reshaped(std::initializer_list<int64_t> shape) const;
+  // Elements [begin, begin + count) of a contiguous tensor, as a rank-1 tensor (a column range
+  // of one row, say).
+  Tensor Elements(int64_t begin, int64_t count) const;
 };
 
 // A bump arena: Take hands out 64-byte aligned tensors until Reset. When a step needs more

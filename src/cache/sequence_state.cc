@@ -12,6 +12,8 @@ SequenceState::SequenceState(std::shared_ptr<const CacheLayout> layout, std::sha
     : layout_(std::move(layout)), pool_(std::move(pool)) {
   compressed_count_.assign(layout_->num_layers, 0);
   pending_count_.assign(layout_->num_layers, 0);
+  rollback_first_.assign(layout_->num_layers, 0);
+  rollback_rows_.resize(layout_->num_layers);
 }
 
 const uint8_t* SequenceState::window_entry(int layer, int64_t position) const {
@@ -134,6 +136,73 @@ uint64_t SequenceState::CacheBytes() const {
   return total;
 }
 
+void SequenceState::KeepRollbackRows(int layer, int64_t first_position, const float* kv, const float* gate,
+                                     int64_t rows) {
+  const int64_t dim = layout_->head_dim;
+  std::vector<float>& kept = rollback_rows_[layer];
+  kept.resize(static_cast<size_t>(2 * rows * dim));
+  std::copy_n(kv, rows * dim, kept.begin());
+  std::copy_n(gate, rows * dim, kept.begin() + rows * dim);
+  rollback_first_[layer] = first_position;
+}
+
+void SequenceState::Truncate(int64_t length, std::span<const int32_t> engram_recent) {
+  DI_CHECK(truncatable_from_ >= 0 && length >= truncatable_from_ && length <= length_, "truncation to ", length,
+           " tokens outside the last forward's truncatable range [", truncatable_from_, ", ", length_, "]");
+  const int64_t dim = layout_->head_dim;
+  for (int layer = 0; layer < layout_->num_layers; ++layer) {
+    const int ratio = layout_->ratio[layer];
+    if (ratio <= 0) continue;
+    compressed_count_[layer] = length / ratio;
+    if (ratio == 1) continue;
+    const int64_t group_start = length / ratio * ratio;
+    const int count = static_cast<int>(length - group_start);
+    const std::vector<float>& kept = rollback_rows_[layer];
+    const int64_t rows = static_cast<int64_t>(kept.size()) / (2 * dim);
+    const int64_t at = group_start - rollback_first_[layer];
+    DI_CHECK(count == 0 || (at >= 0 && at + count <= rows), "layer ", layer, " kept no compressor rows for positions [",
+             group_start, ", ", length, ")");
+    if (count == 0) {
+      SetPending(layer, nullptr, nullptr, 0);
+    } else {
+      SetPending(layer, kept.data() + at * dim, kept.data() + (rows + at) * dim, count);
+    }
+  }
+  length_ = length;
+  engram_recent_.assign(engram_recent.begin(), engram_recent.end());
+  truncatable_from_ = -1;
+  const size_t blocks = static_cast<size_t>((length + layout_->block_tokens - 1) / layout_->block_tokens);
+  if (window_pages_.size() > blocks) window_pages_.resize(blocks);
+  if (compressed_pages_.size() > blocks) compressed_pages_.resize(blocks);
+}
+
+std::vector<uint8_t> SequenceState::VisibleBytes() const {
+  std::vector<uint8_t> bytes;
+  auto append = [&](const void* data, size_t size) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    bytes.insert(bytes.end(), p, p + size);
+  };
+  append(&length_, sizeof(length_));
+  append(engram_recent_.data(), engram_recent_.size() * sizeof(int32_t));
+  for (int layer = 0; layer < layout_->num_layers; ++layer) {
+    for (int64_t pos = std::max<int64_t>(0, length_ - layout_->window + 1); pos < length_; ++pos) {
+      append(window_entry(layer, pos), static_cast<size_t>(layout_->window_entry_bytes));
+    }
+    if (layout_->compressed_offset[layer] >= 0) {
+      append(&compressed_count_[layer], sizeof(int64_t));
+      for (int64_t g = 0; g < compressed_count_[layer]; ++g) {
+        append(compressed_entry(layer, g), static_cast<size_t>(layout_->compressed_entry_bytes));
+      }
+    }
+    append(&pending_count_[layer], sizeof(int));
+    if (pending_count_[layer] > 0) {
+      append(pending_kv(layer), pending_count_[layer] * layout_->head_dim * sizeof(float));
+      append(pending_gate(layer), pending_count_[layer] * layout_->head_dim * sizeof(float));
+    }
+  }
+  return bytes;
+}
+
 void SequenceState::AdoptBlocks(int64_t blocks, std::span<const PageRef> window_pages,
                                 std::span<const PageRef> compressed_pages) {
   DI_CHECK(length_ == 0 && window_pages_.empty(), "only a fresh sequence can adopt cached blocks");
@@ -158,6 +227,7 @@ namespace deepinfer {
 void SequenceState::CommitAppend(int64_t tokens, std::span<const int32_t> engram_recent) {
   DI_CHECK(tokens > 0, "commit of ", tokens, " tokens");
   length_ += tokens;
+  truncatable_from_ = -1;
   adopted_ = false;
   engram_recent_.assign(engram_recent.begin(), engram_recent.end());
 }

@@ -71,6 +71,20 @@ class SequenceState {
   // Bytes of the pages this sequence references, plus its Engram history.
   uint64_t CacheBytes() const;
 
+  // Rollback of the last forward (a speculative verify, ForwardItem::rollback). During it the
+  // model keeps each ratio > 1 source's raw compressor rows from the partial group before the
+  // step on (KeepRollbackRows); its commit marks the step truncatable (MarkTruncatable). Then
+  // Truncate(length) for any length from the step's start to its end leaves every value a later
+  // forward reads (window entries, compressed entries and index keys, partial groups, Engram
+  // history) equal to those of a state that never ran the dropped tokens. Pages past the new
+  // length go back to the pool. Any other forward ends the truncatable window.
+  void KeepRollbackRows(int layer, int64_t first_position, const float* kv, const float* gate, int64_t rows);
+  void MarkTruncatable(int64_t step_start) { truncatable_from_ = step_start; }
+  int64_t truncatable_from() const { return truncatable_from_; }  // -1: none
+  void Truncate(int64_t length, std::span<const int32_t> engram_recent);
+  // Every byte a later forward can read, in a fixed order (tests compare states with it).
+  std::vector<uint8_t> VisibleBytes() const;
+
   // Prefix sharing. A full block (every position < length) never changes again.
   int64_t full_blocks() const { return length_ / layout_->block_tokens; }
   const PageRef& window_page(int64_t block) const { return window_pages_[block]; }
@@ -96,6 +110,11 @@ class SequenceState {
   PageRef state_page_;                     // partial groups; null without ratio > 1 sources
   std::vector<int64_t> compressed_count_;  // per layer
   std::vector<int> pending_count_;         // per layer
+  // Truncation of the last forward: its start, and per ratio > 1 layer the raw rows of
+  // positions [rollback_first_, rollback_first_ + rows) as kv rows then gate rows.
+  int64_t truncatable_from_ = -1;
+  std::vector<int64_t> rollback_first_;
+  std::vector<std::vector<float>> rollback_rows_;
 };
 
 }  // namespace deepinfer

@@ -8,45 +8,35 @@
 
 namespace deepinfer {
 
-// The tensors of one attention call.
-struct Model::AttentionRows {
-  Tensor qr_normed;     // [rows, q_lora_rank]
-  Tensor q;             // [rows, heads, head_dim], RoPE'd
-  Tensor kv_codes;      // [rows, head_dim] e4m3: the window entries of this call ...
-  Tensor kv_exponents;  // [rows, head_dim / 32] ue8m0
-  Tensor kv;            // ... and their decoded values, what the queries attend
-  Tensor o;             // [rows, heads, head_dim]
-};
-
 void Model::Attention(int layer, const Batch& batch, const Tensor& x, const Tensor& out, SharedIndex& shared,
                       const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   const LayerRole& role = c.roles[layer];
   const Workspace::Scope scratch(ctx.backend.workspace());
-  const AttentionRows a = ProjectQueryAndKv(layer, batch, x, ctx);
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const RopeTable& rope = RopeFor(role.compress_ratio);
+  const AttentionRows a = ProjectQueryAndKv(w, rope, batch.positions, x, ctx);
   if (role.compress_ratio > 0 && role.kv_source) CompressKv(layer, batch, x, ctx);
   if (role.compress_ratio > 0 && role.index_source) SelectCompressed(layer, batch, x, a.qr_normed, shared, ctx);
   std::span<const float*> entries;
   std::span<int64_t> row_begin;
   GatherEntries(layer, batch, a.kv, shared, ctx, entries, row_begin);
   const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-  ctx.backend.SparseAttention(a.q, c.num_heads, entries, row_begin, weights_.layers[layer].attn.attn_sink,
-                              softmax_scale, a.o);
-  ProjectOutput(layer, batch, a.o, out, ctx);
+  ctx.backend.SparseAttention(a.q, c.num_heads, entries, row_begin, w.attn_sink, softmax_scale, a.o);
+  ProjectOutput(w, rope, batch.positions, a.o, out, ctx);
   StoreWindow(layer, batch, a, ctx);
 }
 
 // Q: wq_a -> q_norm -> wq_b, RoPE on each head's trailing rope dims. K = V: wkv -> kv_norm ->
 // RoPE -> FP8 with ue8m0 scales per 32 over the whole vector (the window-cache format), and
 // its decoded (QDQ'd) values.
-Model::AttentionRows Model::ProjectQueryAndKv(int layer, const Batch& batch, const Tensor& x,
+Model::AttentionRows Model::ProjectQueryAndKv(const AttentionWeights& w, const RopeTable& rope,
+                                              std::span<const int64_t> positions, const Tensor& x,
                                               const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
-  const AttentionWeights& w = weights_.layers[layer].attn;
-  const RopeTable& rope = RopeFor(c.roles[layer].compress_ratio);
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
-  const int64_t rows = batch.size();
+  const int64_t rows = x.rows();
   const int64_t head_dim = c.head_dim;
   const float eps = static_cast<float>(c.norm_eps);
   AttentionRows a;
@@ -61,15 +51,23 @@ Model::AttentionRows Model::ProjectQueryAndKv(int layer, const Batch& batch, con
   backend.Linear(w.wq_a, x, qr, LinearNumerics::kCheckpoint);
   backend.RmsNorm(qr, w.q_norm, eps, a.qr_normed);
   backend.Linear(w.wq_b, a.qr_normed, a.q, LinearNumerics::kCheckpoint);
-  backend.Rope(a.q, c.num_heads, rope, batch.positions, /*inverse=*/false);
-
-  const Tensor kv_raw = workspace.Take<float>({rows, head_dim});
-  const Tensor kv_rotated = workspace.Take<float>({rows, head_dim});
-  backend.Linear(w.wkv, x, kv_raw, LinearNumerics::kCheckpoint);
-  backend.RmsNorm(kv_raw, w.kv_norm, eps, kv_rotated);
-  backend.Rope(kv_rotated, 1, rope, batch.positions, /*inverse=*/false);
-  backend.EncodeWindowRows(kv_rotated, a.kv_codes, a.kv_exponents, a.kv);
+  backend.Rope(a.q, c.num_heads, rope, positions, /*inverse=*/false);
+  ProjectKv(w, rope, positions, x, a.kv_codes, a.kv_exponents, a.kv, ctx);
   return a;
+}
+
+void Model::ProjectKv(const AttentionWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
+                      const Tensor& x, const Tensor& codes, const Tensor& exponents, const Tensor& decoded,
+                      const ComputeContext& ctx) const {
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope scratch(workspace);
+  const Tensor kv_raw = workspace.Take<float>({x.rows(), config_.head_dim});
+  const Tensor kv_rotated = workspace.Take<float>({x.rows(), config_.head_dim});
+  backend.Linear(w.wkv, x, kv_raw, LinearNumerics::kCheckpoint);
+  backend.RmsNorm(kv_raw, w.kv_norm, static_cast<float>(config_.norm_eps), kv_rotated);
+  backend.Rope(kv_rotated, 1, rope, positions, /*inverse=*/false);
+  backend.EncodeWindowRows(kv_rotated, codes, exponents, decoded);
 }
 
 void Model::GatherEntries(int layer, const Batch& batch, const Tensor& kv, SharedIndex& shared,
@@ -153,15 +151,14 @@ void Model::GatherEntries(int layer, const Batch& batch, const Tensor& kv, Share
 // Inverse RoPE on each head, then the grouped wo_a (block-diagonal over o_groups; its FP8 blocks
 // decoded to their exact bf16 values, bf16 activations, no act quant: the reference converts
 // wo_a to bf16), then wo_b.
-void Model::ProjectOutput(int layer, const Batch& batch, const Tensor& o, const Tensor& out,
-                          const ComputeContext& ctx) const {
+void Model::ProjectOutput(const AttentionWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
+                          const Tensor& o, const Tensor& out, const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
-  const AttentionWeights& w = weights_.layers[layer].attn;
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
   const Workspace::Scope scratch(workspace);
-  const int64_t rows = batch.size();
-  backend.Rope(o, c.num_heads, RopeFor(c.roles[layer].compress_ratio), batch.positions, /*inverse=*/true);
+  const int64_t rows = o.rows();
+  backend.Rope(o, c.num_heads, rope, positions, /*inverse=*/true);
   const Tensor grouped = workspace.Take<float>({rows, c.o_groups * c.o_lora_rank});
   backend.GroupedLinear(w.wo_a, c.o_groups, o, grouped);
   backend.Linear(w.wo_b, grouped, out, LinearNumerics::kCheckpoint);
@@ -241,6 +238,10 @@ void Model::CompressKv(int layer, const Batch& batch, const Tensor& x, const Com
                              pooled);
       backend.RmsNorm(pooled, w.compressor_norm, eps, latents.Rows(group_row, complete));
       group_row += complete;
+      if (batch.items[i]->rollback) {
+        state.KeepRollbackRows(layer, batch.start(i) - held, pending_kv.row<float>(0), pending_gate.row<float>(0),
+                               pending);
+      }
       const int64_t consumed = complete * ratio;
       state.SetPending(layer, pending_kv.row<float>(0) + consumed * head_dim,
                        pending_gate.row<float>(0) + consumed * head_dim, static_cast<int>(pending - consumed));

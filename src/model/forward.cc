@@ -18,6 +18,8 @@ HcMix TakeHcMix(Workspace& workspace, int64_t rows, int hc) {
   return {workspace.Take<float>({rows, hc}), workspace.Take<float>({rows, hc}), workspace.Take<float>({rows, hc, hc})};
 }
 
+int64_t TapRowsOf(const ForwardItem& item) { return item.tap_rows; }
+
 int64_t LogitRowsOf(const ForwardItem& item) {
   switch (item.logits) {
     case LogitsMode::kLast:
@@ -40,16 +42,16 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
 }
 
 void Model::ForwardInto(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
-                        ForwardStats* stats) const {
+                        ForwardStats* stats, std::vector<float>* taps) const {
   try {
-    GuardMappedReads([&] { ForwardUnguarded(items, ctx, logits, stats); });
+    GuardMappedReads([&] { ForwardUnguarded(items, ctx, logits, stats, taps); });
   } catch (const MappedFileFault& fault) {
     throw MappedFileError(fault, checkpoint_);
   }
 }
 
 void Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
-                             ForwardStats* stats) const {
+                             ForwardStats* stats, std::vector<float>* taps) const {
   const ModelConfig& c = config_;
   Workspace& workspace = ctx.backend.workspace();
   workspace.Reset();
@@ -64,11 +66,23 @@ void Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeCo
   for (int64_t r = 0; r < rows; ++r) pre_mix.row<float>(r)[0] = 1.0f;
 
   SharedIndex shared = ReserveSharedIndex(batch, workspace);
+  Tensor tap_rows;
+  if (taps != nullptr) {
+    int64_t count = 0;
+    for (const ForwardItem& item : items) count += TapRowsOf(item);
+    taps->resize(count * draft_tap_width());
+    tap_rows = Tensor::Contiguous(ElementType::kF32, Device::kHost, {count, draft_tap_width()}, taps->data());
+  }
+  const std::vector<int>& targets = c.dspark_target_layer_ids;
   uint64_t weight_bytes = rows * c.hidden_size * 2 + weights_.head.bytes();  // embedding rows, head
   for (int layer = 0; layer < c.num_layers; ++layer) {
     if (const auto& engram = weights_.layers[layer].engram) {
       ApplyEngram(layer, batch, hash_ids, streams, ctx);
       weight_bytes += rows * hasher_->columns() * (engram->embed.dim + engram->embed.dim / kQuantBlock);
+    }
+    // The draft reads the input of its target layers, after their Engram.
+    for (size_t t = 0; t < targets.size() && taps != nullptr; ++t) {
+      if (targets[t] == layer) Tap(static_cast<int>(t), batch, streams, tap_rows, ctx);
     }
     RunBlock(layer, batch, streams, pre_mix, shared, ctx, &weight_bytes);
     weight_bytes += layer_fixed_bytes_[layer];
@@ -91,6 +105,12 @@ Model::Batch Model::ValidateAndReserve(std::span<const ForwardItem> items, Works
     DI_CHECK(item.state != nullptr && item.state->valid() && item.state->layout().Serves(c), "forward item ", i,
              " has no sequence state of this model");
     if (item.tokens.empty()) throw MakeError("sequence ", i, ": no tokens to process");
+    if (item.tap_rows < 0 || item.tap_rows > static_cast<int64_t>(item.tokens.size())) {
+      throw MakeError("sequence ", i, ": asks for the taps of ", item.tap_rows, " tokens of ", item.tokens.size());
+    }
+    if (item.tap_rows > 0 && !has_draft()) {
+      throw MakeError("sequence ", i, ": asks for DSpark taps, but the model has no DSpark stages");
+    }
     const int64_t end = item.state->length() + static_cast<int64_t>(item.tokens.size());
     if (end > max_context_) {
       throw MakeError("sequence ", i, ": ", end, " tokens exceed the configured maximum context of ", max_context_,
@@ -254,21 +274,54 @@ void Model::Head(const Batch& batch, const Tensor& streams, const Tensor& pre_mi
 void Model::Commit(const Batch& batch, std::span<const std::span<int32_t>> recent) const {
   for (int i = 0; i < batch.item_count(); ++i) {
     const ForwardItem& item = *batch.items[i];
+    const int64_t start = batch.start(i);
     item.state->CommitAppend(batch.count(i),
                              hasher_ ? std::span<const int32_t>(recent[i]) : std::span<const int32_t>());
-    if (!item.keep_window_pages) item.state->ReleaseStaleWindowPages();
+    if (item.rollback) item.state->MarkTruncatable(start);
+    if (!item.keep_window_pages && !item.rollback) item.state->ReleaseStaleWindowPages();
+  }
+}
+
+void Model::Tap(int target, const Batch& batch, const Tensor& streams, const Tensor& taps,
+                const ComputeContext& ctx) const {
+  const ModelConfig& c = config_;
+  Backend& backend = ctx.backend;
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope scratch(workspace);
+  const int64_t count = taps.rows();
+  std::span<int64_t> rows = workspace.TakeArray<int64_t>(count);
+  int64_t k = 0;
+  for (int i = 0; i < batch.item_count(); ++i) {
+    const int64_t n = batch.count(i);
+    for (int64_t t = n - TapRowsOf(*batch.items[i]); t < n; ++t) rows[k++] = batch.first_row[i] + t;
+  }
+  // The copy mean is a collapse with weights 1/hc (exact: a power of two scales every sum).
+  const Tensor selected = workspace.Take<float>({count, c.hc_mult, c.hidden_size});
+  const Tensor mean_weights = workspace.Take<float>({count, c.hc_mult});
+  const Tensor mean = workspace.Take<float>({count, c.hidden_size});
+  std::fill_n(mean_weights.host<float>(), count * c.hc_mult, 1.0f / static_cast<float>(c.hc_mult));
+  backend.GatherRows(streams, rows, selected);
+  backend.HcCollapse(selected, mean_weights, mean);
+  for (int64_t r = 0; r < count; ++r) {
+    backend.Copy(mean.Rows(r, 1), taps.Rows(r, 1).Elements(target * c.hidden_size, c.hidden_size));
   }
 }
 
 void Model::RunBlock(int layer, const Batch& batch, const Tensor& streams, const Tensor& pre_mix, SharedIndex& shared,
                      const ComputeContext& ctx, uint64_t* routed_bytes) const {
+  RunSites(
+      weights_.layers[layer], config_.num_experts_per_tok, streams, pre_mix,
+      [&](const Tensor& x, const Tensor& out) { Attention(layer, batch, x, out, shared, ctx); }, ctx, routed_bytes);
+}
+
+void Model::RunSites(const LayerWeights& w, int top_k, const Tensor& streams, const Tensor& pre_mix,
+                     AttentionSite attention, const ComputeContext& ctx, uint64_t* routed_bytes) const {
   const ModelConfig& c = config_;
-  const LayerWeights& w = weights_.layers[layer];
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
   const Workspace::Scope block_scratch(workspace);
   const int hc = c.hc_mult;
-  const int64_t rows = batch.size();
+  const int64_t rows = streams.rows();
   const float eps = static_cast<float>(c.norm_eps);
   const HcParams hc_params{hc, eps, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps)};
   const Tensor collapsed = workspace.Take<float>({rows, c.hidden_size});
@@ -281,7 +334,7 @@ void Model::RunBlock(int layer, const Batch& batch, const Tensor& streams, const
                   attn_mix.comb);
   backend.HcCollapse(streams, pre_mix, collapsed);
   backend.RmsNorm(collapsed, w.attn_norm, eps, normed);
-  Attention(layer, batch, normed, sublayer_out, shared, ctx);
+  attention(normed, sublayer_out);
   backend.HcExpand(sublayer_out, attn_mix.post, attn_mix.comb, streams);
 
   // FFN site: collapse with the attention site's pre.
@@ -290,7 +343,7 @@ void Model::RunBlock(int layer, const Batch& batch, const Tensor& streams, const
                   ffn_mix.comb);
   backend.HcCollapse(streams, attn_mix.pre, collapsed);
   backend.RmsNorm(collapsed, w.ffn_norm, eps, normed);
-  Moe(layer, normed, sublayer_out, ctx, routed_bytes);
+  Moe(w.ffn, top_k, normed, sublayer_out, ctx, routed_bytes);
   backend.HcExpand(sublayer_out, ffn_mix.post, ffn_mix.comb, streams);
   backend.Copy(ffn_mix.pre, pre_mix);
 }

@@ -46,6 +46,21 @@ void CheckEngineConstraints(const ModelConfig& c) {
                          std::to_string(c.candidate_source_layer) + " but reads a different KV source");
     }
   }
+  if (c.dspark_block_size > 0) {
+    for (int k = 0; k < c.num_mtp_layers; ++k) {
+      const size_t index = static_cast<size_t>(c.num_layers + k);
+      const int ratio = index < c.compress_ratios.size() ? c.compress_ratios[index] : 0;
+      if (ratio != 0) {
+        problems.push_back("DSpark stage " + std::to_string(k) + " (layer " + std::to_string(c.num_layers + k) +
+                           ") has compress ratio " + std::to_string(ratio) +
+                           ", but the draft attention is window-only (ratio 0)");
+      }
+    }
+    if (c.dspark_n_activated_experts > kMaxExpertsPerToken) {
+      problems.push_back("dspark_n_activated_experts = " + std::to_string(c.dspark_n_activated_experts) + " exceeds " +
+                         std::to_string(kMaxExpertsPerToken));
+    }
+  }
   if (!problems.empty()) {
     std::string message = c.source + ": unsupported shapes:";
     for (const std::string& p : problems) message += " " + p + ";";
@@ -125,10 +140,17 @@ Model::InterleaveReport Model::InterleaveQuantizedMatrices(const std::function<b
     ++report.matrices;
     report.bytes += bytes;
   };
-  // Exactly the matrices the forward passes to Linear with LinearNumerics::kCheckpoint.
+  // Exactly the matrices the forward and the draft pass to Linear with LinearNumerics::kCheckpoint.
   try {
     GuardMappedReads([&] {
-      for (LayerWeights& layer : weights_.layers) {
+      std::vector<LayerWeights*> blocks;
+      for (LayerWeights& layer : weights_.layers) blocks.push_back(&layer);
+      if (weights_.draft) {
+        for (LayerWeights& stage : weights_.draft->stages) blocks.push_back(&stage);
+        interleave(weights_.draft->main_proj);
+      }
+      for (LayerWeights* block : blocks) {
+        LayerWeights& layer = *block;
         AttentionWeights& a = layer.attn;
         for (WeightMatrix* w :
              {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b, &a.indexer_wk, &a.indexer_wq_b, &a.indexer_weights_proj})

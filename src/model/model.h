@@ -19,6 +19,7 @@
 #include "backend/compute_context.h"
 #include "backend/rope.h"
 #include "cache/sequence_state.h"
+#include "core/function_ref.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/engram_hash.h"
@@ -40,7 +41,62 @@ struct ForwardItem {
   // Keep window pages that slid out of the window attached after the forward (the engine
   // offers them to the prefix cache first, then calls ReleaseStaleWindowPages itself).
   bool keep_window_pages = false;
+  // The DSpark target taps of this many trailing tokens (at most tokens.size()): what the draft
+  // reads (DraftItem::taps).
+  int64_t tap_rows = 0;
+  // A speculative verify: keep what SequenceState::Truncate needs to drop any suffix of these
+  // tokens afterwards (implies keep_window_pages: a shorter sequence reaches further back).
+  bool rollback = false;
 };
+
+// A sequence's DSpark draft state (spec 3.8, 4.1): each stage's window ring of target KV
+// (`main_kv`), FP8 entries as in the window cache, at slot position % window. It only ever
+// receives accepted positions (the engine seeds it from taps of tokens it kept), so a rejected
+// draft leaves nothing to roll back. Copyable; one forward at a time uses it.
+class DraftState {
+ public:
+  DraftState() = default;
+  int64_t length() const { return length_; }  // positions seeded; the next one to seed
+  bool valid() const { return window_ > 0; }
+  // Every byte of the rings of the slots a draft may read (tests compare states with it).
+  std::vector<uint8_t> VisibleBytes() const;
+
+ private:
+  friend class Model;
+  DraftState(int stages, int window, int64_t head_dim);
+  WindowEntry<uint8_t> slot(int stage, int64_t position);
+  WindowEntry<const uint8_t> slot(int stage, int64_t position) const;
+
+  int stages_ = 0;
+  int window_ = 0;
+  int64_t head_dim_ = 0;
+  int64_t length_ = 0;
+  std::vector<uint8_t> codes_;      // [stages, window, head_dim] e4m3
+  std::vector<uint8_t> exponents_;  // [stages, window, head_dim / 32] ue8m0
+};
+
+struct DraftItem {
+  DraftState* state = nullptr;
+  // [n, Model::draft_tap_width()]: the target taps (ForwardItem::tap_rows) of positions
+  // state->length() .. + n - 1, in order; seeded into every stage's ring.
+  std::span<const float> taps;
+  // Draft the block after the last tap position p: `next_token` is the target's token at p + 1,
+  // and the block proposes the tokens at p + 2 .. p + 1 + block. Without it the item only seeds
+  // (a prompt chunk).
+  bool draft = true;
+  int32_t next_token = 0;
+};
+
+// Per drafting item, in item order.
+struct DraftResult {
+  std::vector<float> logits;      // [drafting items * block, vocab] fp32, Markov bias included
+  std::vector<int32_t> tokens;    // [drafting items * block]: the proposals, slot by slot
+  std::vector<float> confidence;  // [drafting items * block]: the confidence head's raw logits
+};
+
+// Picks the token of block slot `slot` of drafting item `item` from its logits (greedy: the
+// argmax, ties to the lowest id). The next slot's Markov bias depends on the pick.
+using DraftChooser = FunctionRef<int32_t(int item, int slot, std::span<const float> logits)>;
 
 // What a forward read: the basis of bandwidth accounting in `deepinfer bench`.
 struct ForwardStats {
@@ -97,9 +153,24 @@ class Model {
   std::vector<float> Forward(std::span<const ForwardItem> items, const ComputeContext& ctx,
                              ForwardStats* stats = nullptr) const;
   // The same into `logits` (resized; no heap allocation once its capacity and the backend's
-  // workspace have seen a step of this shape).
+  // workspace have seen a step of this shape). With `taps`, it is resized to the items' tap rows
+  // [rows, draft_tap_width()] in item order: per DSpark target layer in the config's order, the
+  // mean of the hc copies entering that layer (after its Engram), bf16 values.
   void ForwardInto(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
-                   ForwardStats* stats = nullptr) const;
+                   ForwardStats* stats = nullptr, std::vector<float>* taps = nullptr) const;
+
+  // ---- DSpark draft (spec 3.8) ---------------------------------------------------------------
+  bool has_draft() const { return weights_.draft.has_value(); }
+  int draft_block() const { return config_.dspark_block_size; }
+  int64_t draft_tap_width() const {
+    return config_.hidden_size * static_cast<int64_t>(config_.dspark_target_layer_ids.size());
+  }
+  DraftState NewDraftState() const;
+  // Seeds each item's rings with its taps, then drafts a block for the items that ask. Throws
+  // Error on bad input (no DSpark stages, a state of another model, a tap count that does not
+  // match, an out-of-vocabulary token, positions past the context) before any state changes.
+  // Every op runs on ctx.backend; like Forward, one call at a time per backend.
+  void Draft(std::span<const DraftItem> items, const ComputeContext& ctx, DraftChooser choose, DraftResult& out) const;
 
  private:
   Model(ModelConfig config, Checkpoint checkpoint, ModelWeights weights, std::optional<EngramHasher> hasher,
@@ -110,7 +181,7 @@ class Model {
 
   // Forward's phases, in order; Forward runs them inside GuardMappedReads.
   void ForwardUnguarded(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
-                        ForwardStats* stats) const;
+                        ForwardStats* stats, std::vector<float>* taps) const;
   Batch ValidateAndReserve(std::span<const ForwardItem> items, Workspace& workspace) const;
   // Engram hash ids [engram layers, rows, columns], and each item's look-back history after
   // this step (committed last).
@@ -124,24 +195,44 @@ class Model {
 
   void ApplyEngram(int layer, const Batch& batch, const Tensor& hash_ids, const Tensor& streams,
                    const ComputeContext& ctx) const;
+  // The rows of the items' tap_rows, target-layer `target`'s copy mean, into taps (column block
+  // `target` of each row).
+  void Tap(int target, const Batch& batch, const Tensor& streams, const Tensor& taps, const ComputeContext& ctx) const;
   void RunBlock(int layer, const Batch& batch, const Tensor& streams, const Tensor& pre_mix, SharedIndex& shared,
+                const ComputeContext& ctx, uint64_t* routed_bytes) const;
+  // One block's two mHC sites (spec 3.4) around `attention` (normed input -> sublayer output)
+  // and the MoE; pre_mix carries the lagged collapse from site to site.
+  using AttentionSite = FunctionRef<void(const Tensor& x, const Tensor& out)>;
+  void RunSites(const LayerWeights& w, int top_k, const Tensor& streams, const Tensor& pre_mix, AttentionSite attention,
                 const ComputeContext& ctx, uint64_t* routed_bytes) const;
   void Attention(int layer, const Batch& batch, const Tensor& x, const Tensor& out, SharedIndex& shared,
                  const ComputeContext& ctx) const;
   // Attention's phases (attention.cc), in order.
   struct AttentionRows;
-  AttentionRows ProjectQueryAndKv(int layer, const Batch& batch, const Tensor& x, const ComputeContext& ctx) const;
+  AttentionRows ProjectQueryAndKv(const AttentionWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
+                                  const Tensor& x, const ComputeContext& ctx) const;
+  // wkv -> kv_norm -> RoPE at `positions` -> FP8 window entries (and their decoded values).
+  void ProjectKv(const AttentionWeights& w, const RopeTable& rope, std::span<const int64_t> positions, const Tensor& x,
+                 const Tensor& codes, const Tensor& exponents, const Tensor& decoded, const ComputeContext& ctx) const;
   void CompressKv(int layer, const Batch& batch, const Tensor& x, const ComputeContext& ctx) const;
   void SelectCompressed(int layer, const Batch& batch, const Tensor& x, const Tensor& qr, SharedIndex& shared,
                         const ComputeContext& ctx) const;
   // Per row, the entries its query attends: window (oldest first), then the selected compressed.
   void GatherEntries(int layer, const Batch& batch, const Tensor& kv, SharedIndex& shared, const ComputeContext& ctx,
                      std::span<const float*>& entries, std::span<int64_t>& row_begin) const;
-  void ProjectOutput(int layer, const Batch& batch, const Tensor& o, const Tensor& out,
-                     const ComputeContext& ctx) const;
+  void ProjectOutput(const AttentionWeights& w, const RopeTable& rope, std::span<const int64_t> positions,
+                     const Tensor& o, const Tensor& out, const ComputeContext& ctx) const;
   void StoreWindow(int layer, const Batch& batch, const AttentionRows& rows, const ComputeContext& ctx) const;
   // Adds the bytes of the routed experts it ran to *routed_bytes.
-  void Moe(int layer, const Tensor& x, const Tensor& out, const ComputeContext& ctx, uint64_t* routed_bytes) const;
+  void Moe(const MoeWeights& w, int top_k, const Tensor& x, const Tensor& out, const ComputeContext& ctx,
+           uint64_t* routed_bytes) const;
+  // The draft's phases (draft.cc).
+  struct DraftBatch;
+  void SeedDraft(const DraftBatch& batch, const ComputeContext& ctx) const;
+  void DraftAttention(int stage, const DraftBatch& batch, const Tensor& x, const Tensor& out,
+                      const ComputeContext& ctx) const;
+  void DraftHead(const DraftBatch& batch, const Tensor& streams, const Tensor& pre_mix, const ComputeContext& ctx,
+                 DraftChooser choose, DraftResult& out) const;
   const RopeTable& RopeFor(int compress_ratio) const { return compress_ratio > 0 ? compress_rope_ : main_rope_; }
 
   ModelConfig config_;

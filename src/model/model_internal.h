@@ -57,4 +57,14 @@ struct Model::SharedIndex {
   SelectedEntries& selected_of(int layer, int item) { return selected[layer * items + item]; }
 };
 
+// The tensors of one attention call.
+struct Model::AttentionRows {
+  Tensor qr_normed;     // [rows, q_lora_rank]
+  Tensor q;             // [rows, heads, head_dim], RoPE'd
+  Tensor kv_codes;      // [rows, head_dim] e4m3: the window entries of this call ...
+  Tensor kv_exponents;  // [rows, head_dim / 32] ue8m0
+  Tensor kv;            // ... and their decoded values, what the queries attend
+  Tensor o;             // [rows, heads, head_dim]
+};
+
 }  // namespace deepinfer

@@ -24,15 +24,13 @@ void RunExpert(const ExpertWeights& e, const Tensor& x, std::span<const float> r
 
 }  // namespace
 
-void Model::Moe(int layer, const Tensor& x, const Tensor& out, const ComputeContext& ctx,
+void Model::Moe(const MoeWeights& w, int top_k, const Tensor& x, const Tensor& out, const ComputeContext& ctx,
                 uint64_t* routed_bytes) const {
   const ModelConfig& c = config_;
-  const MoeWeights& w = weights_.layers[layer].ffn;
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
   const Workspace::Scope scratch(workspace);
-  const int experts = c.n_routed_experts;
-  const int top_k = c.num_experts_per_tok;
+  const int experts = static_cast<int>(w.experts.size());
   const int64_t rows = x.rows();
   const int64_t dim = c.hidden_size;
   const float swiglu_limit = static_cast<float>(c.swiglu_limit);

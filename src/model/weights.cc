@@ -338,7 +338,33 @@ void BindBlock(const Binder& b, const ExpectedTensor& t, LayerWeights& layer) {
     case TensorSlot::kSharedW3:
       return matrix(f.shared.w3);
     default:
-      DI_CHECK(false, "tensor ", t.name, " of a backbone layer has a slot outside blocks");
+      DI_CHECK(false, "tensor ", t.name, " of a block has a slot outside blocks");
+  }
+}
+
+// Binds the tensors only DSpark stages have; false for the block tensors every stage has.
+bool BindDraftExtra(const Binder& b, const ExpectedTensor& t, DraftWeights& d) {
+  switch (t.slot) {
+    case TensorSlot::kDSparkMainProj:
+      d.main_proj = b.LinearMatrix(t.name);
+      return true;
+    case TensorSlot::kDSparkMainNorm:
+      d.main_norm = b.Vector(t.name);
+      return true;
+    case TensorSlot::kDSparkNorm:
+      d.norm = b.Vector(t.name);
+      return true;
+    case TensorSlot::kDSparkMarkovEmbed:
+      d.markov_embed = b.Matrix(t.name);
+      return true;
+    case TensorSlot::kDSparkMarkovHead:
+      d.markov_head = b.LinearMatrix(t.name);
+      return true;
+    case TensorSlot::kDSparkConfidenceProj:
+      d.confidence_proj = b.LinearMatrix(t.name);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -457,12 +483,20 @@ ModelWeights BindWeights(const ModelConfig& config, const Checkpoint& checkpoint
   ModelWeights w;
   w.layers.resize(static_cast<size_t>(config.num_layers));
   for (LayerWeights& layer : w.layers) layer.ffn.experts.resize(static_cast<size_t>(config.n_routed_experts));
+  if (config.dspark_block_size > 0) {
+    w.draft.emplace();
+    w.draft->stages.resize(static_cast<size_t>(config.num_mtp_layers));
+    for (LayerWeights& stage : w.draft->stages) {
+      stage.ffn.experts.resize(static_cast<size_t>(config.dspark_n_routed_experts));
+    }
+  }
   ForEachExpectedTensor(config, [&](const ExpectedTensor& t) {
-    if (t.block >= config.num_layers) return true;  // DSpark stages: checked above, not run
     if (t.block < 0) {
       BindGlobal(b, t, w);
-    } else {
+    } else if (t.block < config.num_layers) {
       BindBlock(b, t, w.layers[static_cast<size_t>(t.block)]);
+    } else if (!BindDraftExtra(b, t, *w.draft)) {
+      BindBlock(b, t, w.draft->stages[static_cast<size_t>(t.block - config.num_layers)]);
     }
     return true;
   });

@@ -74,7 +74,7 @@ enum class TensorSlot {
   kSharedW1,
   kSharedW2,
   kSharedW3,
-  // DSpark stages only (checked, not bound: the backbone does not run them).
+  // DSpark stages only (the draft forward, model/draft.cc).
   kDSparkMainProj,
   kDSparkMainNorm,
   kDSparkNorm,
@@ -149,14 +149,27 @@ struct LayerWeights {
   uint64_t fixed_matrix_bytes = 0;  // every matrix but the routed experts: what each step reads in full
 };
 
+// The DSpark draft head (spec 3.8): window-only stages (no compressor, indexer or Engram), the
+// projection of the target taps (stage 0) and the head extras (last stage).
+struct DraftWeights {
+  std::vector<LayerWeights> stages;
+  WeightMatrix main_proj;  // [D, taps * D]
+  std::vector<float> main_norm;
+  std::vector<float> norm;       // before the backbone head
+  WeightMatrix markov_embed;     // [V, markov_rank], a table
+  WeightMatrix markov_head;      // [V, markov_rank], used in fp32
+  WeightMatrix confidence_proj;  // [1, D + markov_rank], used in fp32
+};
+
 struct ModelWeights {
   WeightMatrix embed;  // [V, D]
   std::vector<float> norm;
   WeightMatrix head;  // [V, D]
   std::vector<LayerWeights> layers;
+  std::optional<DraftWeights> draft;  // when the config has DSpark stages (dspark_block_size > 0)
 };
 
-// Validates the checkpoint against the config and binds every backbone tensor. Throws one
+// Validates the checkpoint against the config and binds every tensor (backbone and DSpark). Throws one
 // Error listing the problems ("<dir>: 3 tensor problems: ...", the first few spelled out).
 ModelWeights BindWeights(const ModelConfig& config, const Checkpoint& checkpoint, const std::string& origin);
 

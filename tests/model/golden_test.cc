@@ -142,7 +142,7 @@ TEST_P(GoldenTest, GreedyContinuationMatchesUpToNearTies) {
               golden.tokens.size() - golden.prompt_len);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenTest, ::testing::Values("tiny-a", "tiny-b", "tiny-c", "kjv-tiny"),
+INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenTest, ::testing::Values("tiny-a", "tiny-b", "tiny-c", "tiny-d", "kjv-tiny"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
