@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "core/error.h"
@@ -22,8 +23,14 @@ struct Engine::Request {
   std::optional<ConstraintMatcher> constraint;  // with params.constraint: at the end of the output
   std::vector<uint64_t> allowed;                // its token mask, one bit per vocabulary id
   // Prefill until the step that samples its first token, then decode (a preempted request
-  // prefills again). A decode step runs every pending token (one today; a verify step more).
+  // prefills again). A decode step runs the pending token, and a verify step its drafts too.
   enum class Phase { kPrefill, kDecode } phase = Phase::kPrefill;
+  // Speculative decoding, while running.
+  std::optional<DraftState> draft;
+  std::vector<float> unseeded_taps;    // taps of kept positions the draft has not seen, in order
+  std::vector<int32_t> verify_tokens;  // this step's [next, d_1..d_k]
+  std::vector<float> draft_logits;     // at T > 0: the draft logits of d_1..d_k
+  SpeculationGate gate;
 
   Request(RequestId id_, uint64_t arrival_, RequestParams params_, uint64_t seed, int eos, const Tokenizer* tokenizer)
       : id(id_),
@@ -103,6 +110,24 @@ Engine::Engine(const Model& model, const ComputeContext& ctx, EngineOptions opti
     throw MakeError("max running requests (", options_.max_running, ") exceeds the step token budget (",
                     options_.max_step_tokens, ")");
   }
+  if (options_.speculative) {
+    if (!model.has_draft()) {
+      throw MakeError("speculative decoding needs a model with DSpark stages; ", model.config().source, " has none");
+    }
+    if (options_.speculative_length < 0 || options_.speculative_length > model.draft_block()) {
+      throw MakeError("speculative length must be 0 (the confidence policy) or 1..", model.draft_block(),
+                      " (the draft block), got ", options_.speculative_length);
+    }
+    const Model::ReadBytes bytes = model.read_bytes();
+    step_bytes_ = StepBytes{static_cast<double>(bytes.fixed),
+                            static_cast<double>(bytes.expert),
+                            std::max(bytes.experts, 1),
+                            std::max(bytes.top_k, 1),
+                            bytes.moe_layers,
+                            static_cast<double>(bytes.draft)};
+    stats_.speculation.verified_at.assign(model.draft_block(), 0);
+    stats_.speculation.accepted_at.assign(model.draft_block(), 0);
+  }
   if (options_.prefix_caching) {
     prefix_cache_ = std::make_unique<PrefixCache>(layout_);
     pool_->SetEvictor([cache = prefix_cache_.get()] { return cache->EvictOne(); });
@@ -162,7 +187,23 @@ void Engine::ClearPrefixCache() {
   if (prefix_cache_) prefix_cache_->Clear();
 }
 
-void Engine::Release(Request& request) { request.state.reset(); }
+void Engine::Release(Request& request) {
+  request.state.reset();
+  request.draft.reset();
+  request.unseeded_taps.clear();
+}
+
+bool Engine::Speculates(const Request& request) const {
+  return options_.speculative && request.params.speculative && !request.params.constraint &&
+         !request.params.return_logits;
+}
+
+int64_t Engine::SpeculativeExtra(const Request& request) const {
+  if (!Speculates(request) || request.phase != Request::Phase::kDecode) return 0;
+  if (options_.speculative_gate && !request.gate.open()) return 0;
+  const int64_t room = model_.max_context() - static_cast<int64_t>(request.tokens.size());
+  return std::clamp<int64_t>(room, 0, model_.draft_block());
+}
 
 void Engine::Finish(Request& request, FinishReason reason, std::string error, std::vector<RequestUpdate>& updates) {
   RequestUpdate* update = nullptr;
@@ -197,6 +238,11 @@ void Engine::Admit(Request& request) {
     }
   }
   request.offered_blocks = request.state->full_blocks();
+  if (Speculates(request)) {
+    request.draft = model_.NewDraftState();
+    request.unseeded_taps.clear();
+    request.draft->SkipTo(request.cached_tokens);  // the cache brings no taps
+  }
 }
 
 void Engine::Preempt(Request& request) {
@@ -234,12 +280,13 @@ std::vector<Engine::PlannedItem> Engine::Schedule(std::vector<RequestUpdate>& up
   // Every decoding request runs each step (max_running <= budget); prefill chunks share the
   // rest, oldest request first, so neither decodes nor long prompts starve.
   int64_t decode_reserve = 0;
-  for (const Request* r : running_) decode_reserve += r->phase == Request::Phase::kDecode ? r->pending_tokens() : 0;
+  auto decode_tokens = [&](const Request& r) { return r.pending_tokens() + SpeculativeExtra(r); };
+  for (const Request* r : running_) decode_reserve += r->phase == Request::Phase::kDecode ? decode_tokens(*r) : 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     Request* r = running_[i];
     const bool decoding = r->phase == Request::Phase::kDecode;
-    const int64_t want = decoding ? r->pending_tokens() : std::min(r->pending_tokens(), budget - decode_reserve);
-    if (decoding) decode_reserve -= r->pending_tokens();
+    const int64_t want = decoding ? decode_tokens(*r) : std::min(r->pending_tokens(), budget - decode_reserve);
+    if (decoding) decode_reserve -= decode_tokens(*r);
     if (want <= 0) continue;
     const int64_t got = Reserve(*r, want, plan.empty(), updates);
     if (got == 0) {
@@ -284,20 +331,49 @@ std::vector<RequestUpdate> Engine::Step() {
 }
 
 void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUpdate>& updates) {
-  const int64_t vocab = model_.config().vocab_size;
   std::vector<ForwardItem> items(plan.size());
-  int64_t longest = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Request& r = *plan[i].request;
     const int64_t start = r.state->length();
     items[i].state = &*r.state;
-    items[i].tokens = std::span<const int32_t>(r.tokens).subspan(start, plan[i].tokens);
+    items[i].tokens =
+        std::span<const int32_t>(r.tokens).subspan(start, std::min<int64_t>(plan[i].tokens, r.pending_tokens()));
     items[i].logits = r.params.return_logits                                           ? LogitsMode::kAll
                       : start + plan[i].tokens < static_cast<int64_t>(r.tokens.size()) ? LogitsMode::kNone
                                                                                        : LogitsMode::kLast;
     items[i].keep_window_pages = prefix_cache_ != nullptr;
-    longest = std::max(longest, start + plan[i].tokens);
-    stats_.computed_tokens += plan[i].tokens;
+    if (Speculates(r)) items[i].tap_rows = static_cast<int64_t>(items[i].tokens.size());
+  }
+  DraftFor(plan, items, updates);
+  // Requests the draft finished with an error run nothing.
+  std::vector<size_t> live;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (requests_.contains(plan[i].request->id) && plan[i].request->state) live.push_back(i);
+  }
+  if (live.size() != plan.size()) {
+    std::vector<PlannedItem> kept_plan;
+    std::vector<ForwardItem> kept_items;
+    for (size_t i : live) {
+      kept_plan.push_back(plan[i]);
+      kept_items.push_back(items[i]);
+    }
+    items = std::move(kept_items);
+    return RunForward(kept_plan, items, updates);
+  }
+  RunForward(plan, items, updates);
+}
+
+void Engine::RunForward(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
+                        std::vector<RequestUpdate>& updates) {
+  if (plan.empty()) return;
+  const int64_t vocab = model_.config().vocab_size;
+  const int64_t width = model_.has_draft() ? model_.draft_tap_width() : 0;
+  int64_t longest = 0;
+  bool verifies = false;
+  for (const ForwardItem& item : items) {
+    longest = std::max(longest, item.state->length() + static_cast<int64_t>(item.tokens.size()));
+    stats_.computed_tokens += item.tokens.size();
+    verifies = verifies || item.rollback;
   }
   const size_t bucket = std::lower_bound(buckets_.begin(), buckets_.end(), longest) - buckets_.begin();
   ++stats_.steps_per_bucket[bucket];
@@ -305,27 +381,43 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
   ++stats_.steps;
 
   std::vector<float>& logits = logits_;
+  const auto forward_start = std::chrono::steady_clock::now();
   try {
-    model_.ForwardInto(items, ctx_, logits);
+    model_.ForwardInto(items, ctx_, logits, nullptr, options_.speculative ? &taps_ : nullptr);
   } catch (const Error& error) {
     // Nothing changed in any state (Forward validates first); the requests cannot go on.
     for (const PlannedItem& item : plan) Finish(*item.request, FinishReason::kError, error.what(), updates);
     return;
   }
+  if (verifies) {
+    stats_.speculation.verify_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
+  }
 
   int64_t row = 0;
+  int64_t tap_row = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Request& r = *plan[i].request;
     SequenceState& state = *r.state;
-    if (prefix_cache_) {
-      if (state.full_blocks() > r.offered_blocks) {
-        prefix_cache_->Insert(r.tokens, state);
-        r.offered_blocks = state.full_blocks();
+    const int64_t tokens = static_cast<int64_t>(items[i].tokens.size());
+    const std::span<const float> taps =
+        std::span<const float>(taps_).subspan(tap_row * width, items[i].tap_rows * width);
+    tap_row += items[i].tap_rows;
+    if (items[i].rollback) {
+      AcceptDrafts(r, std::span<const float>(logits).subspan(row * vocab, tokens * vocab), taps, updates);
+      row += tokens;
+      continue;
+    }
+    AfterForward(r);
+    if (r.draft) {
+      AppendTaps(r, taps);
+      if (r.phase == Request::Phase::kDecode && options_.speculative_gate && !r.gate.open()) {
+        r.gate.RecordPlainStep();
+        ++stats_.speculation.gate_closed_steps;
       }
-      state.ReleaseStaleWindowPages();
     }
     if (items[i].logits == LogitsMode::kNone) continue;
-    const int64_t rows = items[i].logits == LogitsMode::kAll ? plan[i].tokens : 1;
+    const int64_t rows = items[i].logits == LogitsMode::kAll ? tokens : 1;
     const std::span<const float> returned(logits.data() + row * vocab, rows * vocab);
     row += rows;
     const std::span<const float> row_logits = returned.last(vocab);
@@ -333,8 +425,8 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     // recompute produces them again, bit-identical).
     std::span<const float> fresh;
     if (items[i].logits == LogitsMode::kAll) {
-      const int64_t first_position = state.length() - plan[i].tokens;
-      const int64_t skip = std::clamp<int64_t>(r.logits_returned - first_position, 0, plan[i].tokens);
+      const int64_t first_position = state.length() - tokens;
+      const int64_t skip = std::clamp<int64_t>(r.logits_returned - first_position, 0, tokens);
       fresh = returned.subspan(skip * vocab);
       r.logits_returned = std::max(r.logits_returned, state.length());
     }
@@ -382,6 +474,143 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
       Finish(r, FinishReason::kLength, "", updates);
     }
   }
+}
+
+void Engine::AfterForward(Request& r) {
+  SequenceState& state = *r.state;
+  if (prefix_cache_ && state.full_blocks() > r.offered_blocks) {
+    prefix_cache_->Insert(r.tokens, state);
+    r.offered_blocks = state.full_blocks();
+  }
+  state.ReleaseStaleWindowPages();
+}
+
+void Engine::AppendTaps(Request& r, std::span<const float> taps) {
+  const int64_t width = model_.draft_tap_width();
+  r.unseeded_taps.insert(r.unseeded_taps.end(), taps.begin(), taps.end());
+  // Older rows land in ring slots a newer row overwrites: drop them.
+  const int64_t rows = static_cast<int64_t>(r.unseeded_taps.size()) / width;
+  const int64_t window = model_.config().window_size;
+  if (rows > window) {
+    r.unseeded_taps.erase(r.unseeded_taps.begin(), r.unseeded_taps.begin() + (rows - window) * width);
+    r.draft->SkipTo(r.draft->length() + rows - window);
+  }
+}
+
+void Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
+                      std::vector<RequestUpdate>& updates) {
+  std::vector<size_t> drafting;
+  std::vector<DraftItem> draft_items;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Request& r = *plan[i].request;
+    if (!r.draft || r.phase != Request::Phase::kDecode || plan[i].tokens < 2 || r.pending_tokens() != 1) continue;
+    drafting.push_back(i);
+    draft_items.push_back(DraftItem{&*r.draft, r.unseeded_taps, true, r.tokens.back()});
+  }
+  if (drafting.empty()) return;
+  const int block = model_.draft_block();
+  auto choose = [&](int j, int, std::span<const float> logits) -> int32_t {
+    Request& r = *plan[drafting[j]].request;
+    const float temperature = r.params.sampling.temperature;
+    if (temperature == 0.0f)
+      return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return DrawFrom(DraftDistribution(logits, temperature), r.rng);
+  };
+  DraftResult result;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    model_.Draft(draft_items, ctx_, choose, result);
+  } catch (const Error& error) {
+    for (size_t i : drafting) Finish(*plan[i].request, FinishReason::kError, error.what(), updates);
+    return;
+  }
+  stats_.speculation.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t vocab = model_.config().vocab_size;
+  for (size_t j = 0; j < drafting.size(); ++j) {
+    const size_t i = drafting[j];
+    Request& r = *plan[i].request;
+    r.unseeded_taps.clear();
+    const std::span<const float> confidence = std::span<const float>(result.confidence).subspan(j * block, block);
+    const int max_k = static_cast<int>(std::min<int64_t>(plan[i].tokens - 1, block));
+    const int k = options_.speculative_length > 0 ? std::min(options_.speculative_length, max_k)
+                                                  : ChooseVerifyLength(confidence, max_k, step_bytes_);
+    r.verify_tokens.assign(1, r.tokens.back());
+    r.verify_tokens.insert(r.verify_tokens.end(), result.tokens.begin() + j * block,
+                           result.tokens.begin() + j * block + k);
+    if (r.params.sampling.temperature > 0.0f) {
+      r.draft_logits.assign(result.logits.begin() + j * block * vocab, result.logits.begin() + (j * block + k) * vocab);
+    }
+    items[i].tokens = r.verify_tokens;
+    items[i].logits = LogitsMode::kAll;
+    items[i].tap_rows = k + 1;
+    items[i].rollback = true;
+  }
+}
+
+void Engine::AcceptDrafts(Request& r, std::span<const float> rows, std::span<const float> taps,
+                          std::vector<RequestUpdate>& updates) {
+  const int64_t vocab = model_.config().vocab_size;
+  const int k = static_cast<int>(r.verify_tokens.size()) - 1;
+  const int64_t start = r.state->length() - (k + 1);
+  const SamplingParams& params = r.params.sampling;
+  SpeculationStats& spec = stats_.speculation;
+  RequestUpdate& update = updates.emplace_back();
+  update.id = r.id;
+  update.prompt_tokens = r.prompt_length;
+  update.cached_tokens = r.cached_tokens;
+  int accepted = 0;
+  int emitted = 0;
+  ++spec.verify_steps;
+  spec.drafted_tokens += k;
+  for (int i = 0; i <= k; ++i) {
+    const std::span<const float> row = rows.subspan(i * vocab, vocab);
+    const TokenHistory history{.prompt = std::span<const int32_t>(r.tokens).first(r.prompt_length),
+                               .output = r.output()};
+    int32_t token = 0;
+    bool accept = false;
+    try {
+      if (i == k) {
+        token = Sample(row, params, history, r.rng).token;  // every draft survived: the bonus token
+      } else if (params.temperature == 0.0f) {
+        token = Sample(row, params, history, r.rng).token;  // the plain greedy pick
+        accept = token == r.verify_tokens[i + 1];
+      } else {
+        const std::vector<double> p = SamplingDistribution(row, params, history);
+        const std::vector<double> q =
+            DraftDistribution(std::span<const float>(r.draft_logits).subspan(i * vocab, vocab), params.temperature);
+        const DraftVerdict verdict = VerifyDraftToken(p, q, r.verify_tokens[i + 1], r.rng);
+        token = verdict.token;
+        accept = verdict.accepted;
+      }
+    } catch (const Error& error) {
+      Finish(r, FinishReason::kError, error.what(), updates);
+      return;
+    }
+    if (i < k) {
+      ++spec.verified_at[i];
+      spec.accepted_at[i] += accept ? 1 : 0;
+    }
+    SampleResult result = TokenResult(row, params, token);
+    r.tokens.push_back(token);
+    ++stats_.generated_tokens;
+    ++emitted;
+    ++spec.emitted_tokens;
+    StopStep stop = r.stop.Append(token);
+    update.tokens.push_back({token, result.logprob, std::move(result.top_logprobs)});
+    update.text += stop.text;
+    if (stop.finished()) return Finish(r, stop.finish, "", updates);
+    if (static_cast<int64_t>(r.tokens.size()) > model_.max_context())
+      return Finish(r, FinishReason::kLength, "", updates);
+    if (!accept) break;
+    ++accepted;
+    ++spec.accepted_tokens;
+  }
+  // Keep [next, d_1..d_accepted]; the last emitted token is the next step's input.
+  const int64_t kept = accepted + 1;
+  r.state->Truncate(start + kept, model_.EngramHistory(std::span<const int32_t>(r.tokens).first(start + kept)));
+  AfterForward(r);
+  AppendTaps(r, taps.first(kept * model_.draft_tap_width()));
+  r.gate.RecordVerify(emitted, step_bytes_.draft + step_bytes_.Step(k + 1), step_bytes_);
 }
 
 std::optional<std::string> Engine::ConstrainNext(Request& r, int64_t vocab) {

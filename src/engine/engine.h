@@ -20,6 +20,14 @@
 // invariant to batching and chunking, a block boundary is a complete state, and every request
 // samples from its own seeded Rng.
 //
+// Speculative decoding (EngineOptions::speculative, a model with DSpark stages): a decoding
+// request's step drafts up to a block of tokens, verifies [next, d_1..d_k] in one multi-token
+// target step and keeps the longest accepted prefix plus one token (engine/speculative.h). Greedy
+// output is token for token the plain greedy output; at T > 0 the tokens are distributed exactly
+// as the plain sampler's (lossless speculative sampling from the request's own Rng), and the same
+// seed gives the same tokens. Requests with a constraint or return_logits, or that opt out, run
+// plain; a request whose drafts do not pay for their bytes turns it off for a while by itself.
+//
 // Not thread-safe: one thread calls Add / Abort / Step (the server wraps it in a loop thread).
 #pragma once
 
@@ -33,6 +41,7 @@
 
 #include "cache/prefix_cache.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "engine/stop_conditions.h"
 #include "model/model.h"
 #include "structured/constraint.h"
@@ -54,6 +63,8 @@ struct RequestParams {
   bool return_logits = false;
   // Structured output (see the header comment); null: unconstrained. Not with stop.ignore_eos.
   std::shared_ptr<const Constraint> constraint = nullptr;
+  // Opt-out of speculative decoding when the engine has it on.
+  bool speculative = true;
 };
 
 struct GeneratedToken {
@@ -88,6 +99,28 @@ struct EngineOptions {
   // Empty: 1024 * 4^k up to the model's maximum context (which is always the last bucket).
   std::vector<int64_t> context_buckets = {};
   std::optional<uint64_t> seed = std::nullopt;  // seeds requests that bring none
+  // DSpark speculative decoding (needs a model with DSpark stages).
+  bool speculative = false;
+  // Drafts verified per step: 0 = the confidence policy (ChooseVerifyLength), 1..block a fixed
+  // count (room permitting).
+  int speculative_length = 0;
+  // The per-request off-switch (SpeculationGate); off: every decode step verifies (measurements).
+  bool speculative_gate = true;
+};
+
+// Speculative decoding counters (all requests, since the engine started).
+struct SpeculationStats {
+  uint64_t verify_steps = 0;          // request-steps that verified drafts
+  uint64_t drafted_tokens = 0;        // drafts verified
+  uint64_t accepted_tokens = 0;       // of those, accepted
+  uint64_t emitted_tokens = 0;        // tokens verify steps produced (accepted + one each)
+  std::vector<uint64_t> verified_at;  // per draft position: drafts verified there ...
+  std::vector<uint64_t> accepted_at;  // ... and accepted
+  double draft_seconds = 0;           // in Model::Draft
+  double verify_seconds = 0;          // in forwards that verified drafts
+  uint64_t gate_closed_steps = 0;     // decode steps run plain because a request's gate was closed
+  // Mean tokens per verify step, bonus counted.
+  double mean_accepted_length() const { return verify_steps ? static_cast<double>(emitted_tokens) / verify_steps : 0; }
 };
 
 struct EngineStats {
@@ -110,6 +143,7 @@ struct EngineStats {
   PrefixCache::Stats prefix = {};
   std::vector<uint64_t> steps_per_bucket;  // parallel to context_buckets()
   int64_t last_step_bucket = 0;
+  SpeculationStats speculation = {};
 };
 
 class Engine {
@@ -154,12 +188,30 @@ class Engine {
   void Preempt(Request& request);
   void Finish(Request& request, FinishReason reason, std::string error, std::vector<RequestUpdate>& updates);
   void RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUpdate>& updates);
+  void RunForward(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
+                  std::vector<RequestUpdate>& updates);
+  // Speculative decoding (see the header comment).
+  bool Speculates(const Request& request) const;
+  int64_t SpeculativeExtra(const Request& request) const;  // draft tokens a decode step may verify
+  // Drafts for the planned decode steps that have room to verify, turning their items into
+  // verify steps; a failed draft finishes its requests with the error.
+  void DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
+                std::vector<RequestUpdate>& updates);
+  // Row by row acceptance of a verify step; the tokens emitted, then the state truncated.
+  void AcceptDrafts(Request& request, std::span<const float> rows, std::span<const float> taps,
+                    std::vector<RequestUpdate>& updates);
+  // Offers the request's new full blocks to the prefix cache and drops stale window pages.
+  void AfterForward(Request& request);
+  // Queues taps of kept positions for the request's next draft (at most a window of them).
+  void AppendTaps(Request& request, std::span<const float> taps);
   // Fills the request's token mask for its next token; the error when no token can continue.
   std::optional<std::string> ConstrainNext(Request& request, int64_t vocab);
 
   const Model& model_;
   ComputeContext ctx_;
   std::vector<float> logits_;  // the last step's, reused
+  std::vector<float> taps_;    // the last step's DSpark taps, reused
+  StepBytes step_bytes_;       // for the verify-length policy
   EngineOptions options_;
   const Tokenizer* tokenizer_;
   std::shared_ptr<const CacheLayout> layout_;

@@ -267,9 +267,9 @@ std::vector<float> LogSoftmax(std::span<const float> logits) {
 SampleResult Sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng,
                     TokenMask allowed) {
   const std::vector<float> adjusted = AdjustedLogits(logits, params, history, allowed);
-  SampleResult result;
+  int32_t token = 0;
   if (params.temperature == 0.0f) {
-    result.token = Argmax(adjusted);
+    token = Argmax(adjusted);
   } else {
     const std::vector<double> weights = FilteredWeights(adjusted, params);
     const double total = Total(weights);
@@ -281,10 +281,17 @@ SampleResult Sample(std::span<const float> logits, const SamplingParams& params,
       const double score = (weights[i] / total) / exponential;
       if (score > best_score) {
         best_score = score;
-        result.token = static_cast<int32_t>(i);
+        token = static_cast<int32_t>(i);
       }
     }
   }
+  return TokenResult(logits, params, token, allowed);
+}
+
+SampleResult TokenResult(std::span<const float> logits, const SamplingParams& params, int32_t token,
+                         TokenMask allowed) {
+  SampleResult result;
+  result.token = token;
   if (params.logprobs) {
     // The raw model distribution (vLLM's default), not the processed one: see the header. Under a
     // constraint, the raw row with the forbidden tokens at -inf.

@@ -121,6 +121,10 @@ std::vector<float> LogSoftmax(std::span<const float> logits);
 
 SampleResult Sample(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history, Rng& rng,
                     TokenMask allowed = {});
+// What Sample reports for `token` chosen elsewhere (a speculative draft the target accepted):
+// the token with its logprobs, when params ask for them.
+SampleResult TokenResult(std::span<const float> logits, const SamplingParams& params, int32_t token,
+                         TokenMask allowed = {});
 
 // Sample without history (penalties see no tokens), returning only the token.
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, Rng& rng);

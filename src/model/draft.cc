@@ -29,10 +29,16 @@ WindowEntry<const uint8_t> DraftState::slot(int stage, int64_t position) const {
   return {codes_.data() + s * head_dim_, exponents_.data() + s * (head_dim_ / kWindowEntryBlock)};
 }
 
+void DraftState::SkipTo(int64_t position) {
+  DI_CHECK(position >= length_, "draft state at ", length_, " cannot skip back to ", position);
+  if (position > length_) first_seeded_ = position;
+  length_ = position;
+}
+
 std::vector<uint8_t> DraftState::VisibleBytes() const {
   std::vector<uint8_t> bytes;
   for (int stage = 0; stage < stages_; ++stage) {
-    for (int64_t pos = std::max<int64_t>(0, length_ - window_); pos < length_; ++pos) {
+    for (int64_t pos = std::max<int64_t>(first_seeded_, length_ - window_); pos < length_; ++pos) {
       const WindowEntry<const uint8_t> entry = slot(stage, pos);
       bytes.insert(bytes.end(), entry.codes, entry.codes + head_dim_);
       bytes.insert(bytes.end(), entry.exponents, entry.exponents + head_dim_ / kWindowEntryBlock);
@@ -192,7 +198,8 @@ void Model::SeedDraft(const DraftBatch& batch, const ComputeContext& ctx) const 
 }
 
 // The block's queries over [ring slots 0 .. min(window, p + 1) - 1, the whole block]: the ring
-// in slot order, as the reference indexes it; the block's own KV is not stored.
+// in slot order, as the reference indexes it (a slot never seeded, after SkipTo, is left out);
+// the block's own KV is not stored.
 void Model::DraftAttention(int stage, const DraftBatch& batch, const Tensor& x, const Tensor& out,
                            const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
@@ -205,13 +212,20 @@ void Model::DraftAttention(int stage, const DraftBatch& batch, const Tensor& x, 
   const int drafting = static_cast<int>(batch.drafting.size());
   std::span<Tensor> rings = workspace.TakeArray<Tensor>(drafting);
   std::span<int64_t> visible = workspace.TakeArray<int64_t>(drafting);
+  std::span<int64_t> ring_slots = workspace.TakeArray<int64_t>(static_cast<int64_t>(drafting) * window);
   std::span<WindowEntry<const uint8_t>> slots = workspace.TakeArray<WindowEntry<const uint8_t>>(window);
   for (int j = 0; j < drafting; ++j) {
     const DraftState& state = batch.state_of(j);
-    visible[j] = std::min<int64_t>(window, state.length());
+    const int64_t newest = state.length() - 1;  // p
     rings[j] = workspace.Take<float>({window, c.head_dim});
     std::fill(slots.begin(), slots.end(), WindowEntry<const uint8_t>{nullptr, nullptr});
-    for (int64_t s = 0; s < visible[j]; ++s) slots[s] = state.slot(stage, s);
+    visible[j] = 0;
+    for (int64_t s = 0; s < std::min<int64_t>(window, newest + 1); ++s) {
+      const int64_t position = newest - (newest - s) % window;  // the newest position in slot s
+      if (position < state.first_seeded_) continue;
+      slots[s] = state.slot(stage, position);
+      ring_slots[static_cast<int64_t>(j) * window + visible[j]++] = s;
+    }
     backend.DecodeWindowEntries(slots, rings[j]);
   }
   const int64_t rows = batch.rows();
@@ -223,7 +237,7 @@ void Model::DraftAttention(int stage, const DraftBatch& batch, const Tensor& x, 
   for (int64_t r = 0; r < rows; ++r) {
     const int j = static_cast<int>(r / block);
     const float** entry = entries.data() + row_begin[r];
-    for (int64_t s = 0; s < visible[j]; ++s) *entry++ = rings[j].row<float>(s);
+    for (int64_t s = 0; s < visible[j]; ++s) *entry++ = rings[j].row<float>(ring_slots[j * window + s]);
     for (int s = 0; s < block; ++s) *entry++ = a.kv.row<float>(static_cast<int64_t>(j) * block + s);
   }
   const float softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -168,6 +169,31 @@ Model::InterleaveReport Model::InterleaveQuantizedMatrices(const std::function<b
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   interleave_report_ = report;
   return report;
+}
+
+Model::ReadBytes Model::read_bytes() const {
+  const ModelConfig& c = config_;
+  ReadBytes r;
+  for (const uint64_t bytes : layer_fixed_bytes_) r.fixed += bytes;
+  r.fixed += weights_.head.bytes();
+  auto expert_bytes = [](const MoeWeights& ffn) {
+    return ffn.experts.empty() ? uint64_t{0}
+                               : ffn.experts[0].w1.bytes() + ffn.experts[0].w2.bytes() + ffn.experts[0].w3.bytes();
+  };
+  if (!weights_.layers.empty()) r.expert = expert_bytes(weights_.layers[0].ffn);
+  r.experts = c.n_routed_experts;
+  r.top_k = c.num_experts_per_tok;
+  r.moe_layers = c.num_layers;
+  if (weights_.draft) {
+    const DraftWeights& d = *weights_.draft;
+    r.draft = weights_.head.bytes() + d.main_proj.bytes() + d.markov_head.bytes() + d.confidence_proj.bytes();
+    const double e = c.dspark_n_routed_experts;
+    const double spread = e * (1.0 - std::pow(1.0 - c.dspark_n_activated_experts / e, c.dspark_block_size));
+    for (const LayerWeights& stage : d.stages) {
+      r.draft += stage.fixed_matrix_bytes + static_cast<uint64_t>(spread * expert_bytes(stage.ffn));
+    }
+  }
+  return r;
 }
 
 SequenceState Model::NewSequence() const { return SequenceState(default_layout_, PagePool::Create(0)); }

@@ -58,6 +58,10 @@ class DraftState {
   DraftState() = default;
   int64_t length() const { return length_; }  // positions seeded; the next one to seed
   bool valid() const { return window_ > 0; }
+  // Continues at `position` (>= length()) with nothing seeded before it: the positions a prefix
+  // cache supplied without taps, or taps older than the window. Drafts then attend only the
+  // seeded positions (exactness is the verify's; only the proposals can change).
+  void SkipTo(int64_t position);
   // Every byte of the rings of the slots a draft may read (tests compare states with it).
   std::vector<uint8_t> VisibleBytes() const;
 
@@ -71,6 +75,7 @@ class DraftState {
   int window_ = 0;
   int64_t head_dim_ = 0;
   int64_t length_ = 0;
+  int64_t first_seeded_ = 0;
   std::vector<uint8_t> codes_;      // [stages, window, head_dim] e4m3
   std::vector<uint8_t> exponents_;  // [stages, window, head_dim / 32] ue8m0
 };
@@ -166,6 +171,17 @@ class Model {
     return config_.hidden_size * static_cast<int64_t>(config_.dspark_target_layer_ids.size());
   }
   DraftState NewDraftState() const;
+  // What one step reads, for a speculation policy: every weight but the routed experts (plus
+  // the head), one routed expert of a layer, and the same for one draft call of one sequence.
+  struct ReadBytes {
+    uint64_t fixed = 0;
+    uint64_t expert = 0;
+    int experts = 0;
+    int top_k = 0;
+    int moe_layers = 0;
+    uint64_t draft = 0;  // a draft of one block: stages (experts as the block's tokens spread), head
+  };
+  ReadBytes read_bytes() const;
   // Seeds each item's rings with its taps, then drafts a block for the items that ask. Throws
   // Error on bad input (no DSpark stages, a state of another model, a tap count that does not
   // match, an out-of-vocabulary token, positions past the context) before any state changes.
