@@ -1,5 +1,6 @@
 #include "cli/generate_command.h"
 
+#include <cstdio>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -15,6 +16,7 @@
 #include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/sampling_flags.h"
+#include "cli/speculative_flag.h"
 #include "cli/weight_layout_flag.h"
 #include "core/bounded_json.h"
 #include "core/error.h"
@@ -60,6 +62,9 @@ struct GenerateOptions {
   bool thinking = false;
   int64_t n = 1;
   bool jsonl = false;
+  bool speculative = false;
+  int speculative_length = 0;
+  std::string dump_draft;
 };
 
 const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
@@ -88,6 +93,11 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
       {"--dump-logits", "FILE.npy",
        "write fp32 logits, one row per prompt position then one per generated token fed back",
        [](GenerateOptions& o, const std::string& v) { o.dump_logits = v; }},
+      SpeculativeFlag<GenerateOptions>(),
+      SpeculativeLengthFlag<GenerateOptions>(),
+      {"--dump-draft", "FILE.npy",
+       "with --speculative dspark: write every draft's fp32 logits (Markov bias included), [drafts x block, vocab]",
+       [](GenerateOptions& o, const std::string& v) { o.dump_draft = v; }},
       {"--show-ids", nullptr, "also print the generated token ids",
        [](GenerateOptions& o, const std::string&) { o.show_ids = true; }},
       {"--ignore-eos", nullptr, "keep generating after the end-of-sentence token",
@@ -148,6 +158,12 @@ GenerateOptions ParseGenerateOptions(const std::vector<std::string>& args) {
     throw MakeError("generate: give at most one of --json-schema, --json-object, --regex, --choice and --tool-choice");
   }
   if (options.n > 1 && !options.jsonl) throw MakeError("generate: --n > 1 prints its choices with --jsonl");
+  if (!options.dump_draft.empty() && !options.speculative) {
+    throw MakeError("generate: --dump-draft needs --speculative dspark");
+  }
+  if (options.speculative_length > 0 && !options.speculative) {
+    throw MakeError("generate: --speculative-length needs --speculative dspark");
+  }
   return options;
 }
 
@@ -267,7 +283,10 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
   CpuBackend backend(pool, isa);
-  Engine engine(*model, ComputeContext{backend}, EngineOptions{}, tokenizer ? &*tokenizer : nullptr);
+  EngineOptions engine_options;
+  engine_options.speculative = options.speculative;
+  engine_options.speculative_length = options.speculative_length;
+  Engine engine(*model, ComputeContext{backend}, engine_options, tokenizer ? &*tokenizer : nullptr);
   std::vector<RequestId> choices;
   for (int64_t i = 0; i < options.n; ++i) {
     RequestParams request{.prompt = prompt, .sampling = options.sampling, .seed = options.seed + i};
@@ -277,6 +296,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     request.stop.skip_special_tokens = constraint != nullptr;
     request.stop.include_stop_string_in_output = constraint == nullptr;
     request.return_logits = dump;
+    request.return_draft_logits = !options.dump_draft.empty();
     request.constraint = constraint;
     choices.push_back(engine.Add(std::move(request)));
   }
@@ -288,13 +308,14 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
     std::string error;
   };
   std::map<RequestId, Choice> results;
-  std::vector<float> dumped;
+  std::vector<float> dumped, drafts;
   std::vector<int32_t> generated;
   while (!engine.idle()) {
     for (const RequestUpdate& update : engine.Step()) {
       Choice& choice = results[update.id];
       for (const GeneratedToken& t : update.tokens) generated.push_back(t.token);
       choice.tokens += static_cast<int64_t>(update.tokens.size());
+      drafts.insert(drafts.end(), update.draft_logits.begin(), update.draft_logits.end());
       choice.text += update.text;
       if (update.finished()) choice.finish = update.finish, choice.error = update.error;
       if (options.jsonl) continue;
@@ -303,6 +324,23 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
       dumped.insert(dumped.end(), update.logits.begin(), update.logits.end());
       if (update.finish == FinishReason::kError) throw MakeError("generate: ", update.error);
     }
+  }
+  if (options.speculative) {
+    const SpeculationStats& spec = engine.stats().speculation;
+    std::fprintf(stderr,
+                 "speculative (DSpark): %llu verify steps, mean accepted length %.3f (bonus included), %llu of %llu "
+                 "drafts accepted; draft %.3f s, verify %.3f s; accepted/verified by draft position:",
+                 static_cast<unsigned long long>(spec.verify_steps), spec.mean_accepted_length(),
+                 static_cast<unsigned long long>(spec.accepted_tokens),
+                 static_cast<unsigned long long>(spec.drafted_tokens), spec.draft_seconds, spec.verify_seconds);
+    for (size_t i = 0; i < spec.verified_at.size(); ++i) {
+      std::fprintf(stderr, " %llu/%llu", static_cast<unsigned long long>(spec.accepted_at[i]),
+                   static_cast<unsigned long long>(spec.verified_at[i]));
+    }
+    std::fprintf(stderr, "\n");
+  }
+  if (!options.dump_draft.empty()) {
+    WriteNpyFloat32(options.dump_draft, {drafts.size() / vocab, vocab}, drafts.data());
   }
   if (options.jsonl) {
     bool failed = false;

@@ -15,6 +15,7 @@
 #include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/serving_bench.h"
+#include "cli/speculative_flag.h"
 #include "cli/weight_layout_flag.h"
 #include "core/error.h"
 #include "core/model_directory.h"
@@ -48,6 +49,8 @@ struct ServeOptions {
   WeightLayout weight_layout = WeightLayout::kAuto;
   bool prefix_cache = true;
   std::optional<uint64_t> seed;
+  bool speculative = false;
+  int speculative_length = 0;
 };
 
 int64_t Positive(const std::string& flag, const std::string& v, int64_t max) { return ParseIntFlag(flag, v, 1, max); }
@@ -99,6 +102,8 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
        [](ServeOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<ServeOptions>(),
       WeightLayoutFlag<ServeOptions>(),
+      SpeculativeFlag<ServeOptions>(),
+      SpeculativeLengthFlag<ServeOptions>(),
       {"--http-threads", "N", "threads running the HTTP connections (default 2)",
        [](ServeOptions& o, const std::string& v) {
          o.http.threads = static_cast<int>(Positive("--http-threads", v, 256));
@@ -184,6 +189,8 @@ int RunServeCommand(const std::vector<std::string>& args) {
   engine_options.kv_cache_memory = o.kv_cache_memory.value_or(AutoKvBudget());
   engine_options.prefix_caching = o.prefix_cache;
   engine_options.seed = o.seed;
+  engine_options.speculative = o.speculative;
+  engine_options.speculative_length = o.speculative_length;
   CpuBackend backend(pool, isa);
   Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   Metrics metrics;

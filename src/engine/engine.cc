@@ -30,6 +30,7 @@ struct Engine::Request {
   std::vector<float> unseeded_taps;    // taps of kept positions the draft has not seen, in order
   std::vector<int32_t> verify_tokens;  // this step's [next, d_1..d_k]
   std::vector<float> draft_logits;     // at T > 0: the draft logits of d_1..d_k
+  std::vector<float> returned_draft;   // with return_draft_logits: this step's draft, every slot
   SpeculationGate gate;
 
   Request(RequestId id_, uint64_t arrival_, RequestParams params_, uint64_t seed, int eos, const Tokenizer* tokenizer)
@@ -537,6 +538,10 @@ void Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardI
     r.verify_tokens.assign(1, r.tokens.back());
     r.verify_tokens.insert(r.verify_tokens.end(), result.tokens.begin() + j * block,
                            result.tokens.begin() + j * block + k);
+    if (r.params.return_draft_logits) {
+      r.returned_draft.assign(result.logits.begin() + j * block * vocab,
+                              result.logits.begin() + (j + 1) * block * vocab);
+    }
     if (r.params.sampling.temperature > 0.0f) {
       r.draft_logits.assign(result.logits.begin() + j * block * vocab, result.logits.begin() + (j * block + k) * vocab);
     }
@@ -558,6 +563,8 @@ void Engine::AcceptDrafts(Request& r, std::span<const float> rows, std::span<con
   update.id = r.id;
   update.prompt_tokens = r.prompt_length;
   update.cached_tokens = r.cached_tokens;
+  update.draft_logits = std::move(r.returned_draft);
+  r.returned_draft.clear();
   int accepted = 0;
   int emitted = 0;
   ++spec.verify_steps;

@@ -65,6 +65,8 @@ struct RequestParams {
   std::shared_ptr<const Constraint> constraint = nullptr;
   // Opt-out of speculative decoding when the engine has it on.
   bool speculative = true;
+  // Hand back every draft's logits (all block slots, Markov bias included) as `draft_logits`.
+  bool return_draft_logits = false;
 };
 
 struct GeneratedToken {
@@ -79,10 +81,11 @@ struct RequestUpdate {
   std::vector<GeneratedToken> tokens;  // new tokens, in order
   std::string text;                    // their text (with a tokenizer), stop strings removed
   FinishReason finish = FinishReason::kNone;
-  std::string error;          // why, for kError
-  int64_t prompt_tokens = 0;  // prompt length
-  int64_t cached_tokens = 0;  // prompt tokens the prefix cache supplied (latest admission)
-  std::vector<float> logits;  // with return_logits: [positions run this step, vocab]
+  std::string error;                // why, for kError
+  int64_t prompt_tokens = 0;        // prompt length
+  int64_t cached_tokens = 0;        // prompt tokens the prefix cache supplied (latest admission)
+  std::vector<float> logits;        // with return_logits: [positions run this step, vocab]
+  std::vector<float> draft_logits;  // with return_draft_logits: [block, vocab] per draft this step
   bool finished() const { return finish != FinishReason::kNone; }
 };
 

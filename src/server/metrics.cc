@@ -135,6 +135,30 @@ std::string Metrics::Render(const LoopStats& stats) const {
          static_cast<double>(e.prefix.hit_tokens));
   Scalar(out, "deepinfer_preemptions_total", "counter", "Requests preempted for lack of KV memory.",
          static_cast<double>(e.preemptions));
+  const SpeculationStats& spec = e.speculation;
+  Scalar(out, "deepinfer_spec_verify_steps_total", "counter", "Request-steps that verified DSpark drafts.",
+         static_cast<double>(spec.verify_steps));
+  Scalar(out, "deepinfer_spec_draft_tokens_total", "counter", "DSpark drafts verified.",
+         static_cast<double>(spec.drafted_tokens));
+  Scalar(out, "deepinfer_spec_accepted_tokens_total", "counter", "DSpark drafts the target accepted.",
+         static_cast<double>(spec.accepted_tokens));
+  Scalar(out, "deepinfer_spec_emitted_tokens_total", "counter",
+         "Tokens verify steps produced (accepted drafts plus one per step): over verify steps, the mean accepted "
+         "length.",
+         static_cast<double>(spec.emitted_tokens));
+  Header(out, "deepinfer_spec_accepted_by_position_total", "counter", "DSpark drafts accepted, by draft position.");
+  for (size_t i = 0; i < spec.accepted_at.size(); ++i) {
+    Sample(out, "deepinfer_spec_accepted_by_position_total", "position=\"" + std::to_string(i + 1) + "\"",
+           static_cast<double>(spec.accepted_at[i]));
+  }
+  Header(out, "deepinfer_spec_verified_by_position_total", "counter", "DSpark drafts verified, by draft position.");
+  for (size_t i = 0; i < spec.verified_at.size(); ++i) {
+    Sample(out, "deepinfer_spec_verified_by_position_total", "position=\"" + std::to_string(i + 1) + "\"",
+           static_cast<double>(spec.verified_at[i]));
+  }
+  Scalar(out, "deepinfer_spec_draft_seconds_total", "counter", "Time in the DSpark draft forward.", spec.draft_seconds);
+  Scalar(out, "deepinfer_spec_verify_seconds_total", "counter", "Time in forwards that verified drafts.",
+         spec.verify_seconds);
   Scalar(out, "deepinfer_engine_steps_total", "counter", "Engine steps (batched forwards).",
          static_cast<double>(e.steps));
   Header(out, "deepinfer_http_requests_total", "counter", "HTTP responses by route and status.");

@@ -198,6 +198,8 @@ void ParseCommon(const Fields& f, const ModelInfo& model, GenerationRequest& r) 
   stop.ignore_eos = f.Bool("ignore_eos").value_or(false);
   stop.skip_special_tokens = f.Bool("skip_special_tokens").value_or(true);
   stop.include_stop_string_in_output = f.Bool("include_stop_str_in_output").value_or(false);
+  // Extension: false opts this request out of speculative decoding (serve --speculative dspark).
+  r.params.speculative = f.Bool("speculative").value_or(true);
   r.n = static_cast<int>(f.Integer("n", 1, kMaxChoices).value_or(1));
   r.stream = f.Bool("stream").value_or(false);
   if (const Json* options = f.Object("stream_options")) {

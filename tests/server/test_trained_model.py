@@ -94,3 +94,35 @@ def test_reasoning_is_split_from_the_answer(client, stream):
     assert reasoning.strip() and content.strip()
     assert "</think>" not in reasoning + content
     assert re.search(r"[0-9]", content)
+
+
+@pytest.fixture(scope="module")
+def speculative_server(deepinfer):
+    s = Server(deepinfer, ["--served-model-name", MODEL_NAME, "--api-key", API_KEY, "--seed", "7",
+                           "--speculative", "dspark", "--speculative-length", "5"])
+    yield s
+    s.assert_clean_exit()
+
+
+def test_speculative_server_streams_the_plain_greedy_text_and_counts_its_drafts(default_server, speculative_server):
+    """serve --speculative dspark: streamed and whole greedy completions equal the plain server's, a
+    request can opt out, and /metrics counts the verify steps and the accepted drafts by position."""
+    from conftest import metrics
+
+    prompt = "Revelation 2\nUnto the angel of the church of Ephesus write; These things saith"
+    plain = OpenAI(base_url=default_server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    spec = OpenAI(base_url=speculative_server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    body = dict(model=MODEL_NAME, prompt=prompt, max_tokens=96, temperature=0)
+    expected = plain.completions.create(**body).choices[0].text
+    assert spec.completions.create(**body).choices[0].text == expected
+    streamed = "".join(c.choices[0].text for c in spec.completions.create(**body, stream=True) if c.choices)
+    assert streamed == expected
+    before = metrics(speculative_server)["deepinfer_spec_verify_steps_total"]
+    opted_out = spec.completions.create(**body, extra_body={"speculative": False}).choices[0].text
+    assert opted_out == expected
+    after = metrics(speculative_server)
+    assert after["deepinfer_spec_verify_steps_total"] == before  # the opt-out verified nothing
+    assert after["deepinfer_spec_verify_steps_total"] > 0
+    assert after['deepinfer_spec_verified_by_position_total{position="1"}'] >= after[
+        'deepinfer_spec_accepted_by_position_total{position="1"}']
+    assert after["deepinfer_spec_emitted_tokens_total"] >= after["deepinfer_spec_verify_steps_total"]
