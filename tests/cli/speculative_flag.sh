@@ -9,23 +9,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 args=(generate --prompt-ids 0,17,42,99,7,300,12 --max-tokens 40 --show-ids --ignore-eos)
 
-expect_error() {  # expected-message command...
-  local expected=$1
-  shift
-  local got
-  if got=$("$@" 2>&1); then
-    echo "ran, but should have been refused: $*"
-    exit 1
-  fi
-  if [ "$got" != "$expected" ]; then
-    printf '%s\n' "$*" "got:" "$got" "expected:" "$expected"
-    exit 1
-  fi
-}
-expect_error "error: --speculative: expected dspark or off, got 'eagle'" "$deepinfer" "${args[@]}" --speculative eagle
-expect_error "error: generate: --dump-draft needs --speculative dspark" "$deepinfer" "${args[@]}" --dump-draft "$out/d.npy"
-expect_error "error: generate: --speculative-length needs --speculative dspark" "$deepinfer" "${args[@]}" --speculative-length 3
-expect_error "error: speculative length must be 0 (the confidence policy) or 1..5 (the draft block), got 9" \
+expect_error() { bash "$(dirname "$0")/expect_error.sh" "$@"; }  # REGEX COMMAND...
+expect_error "^error: --speculative: expected dspark or off, got 'eagle'$" "$deepinfer" "${args[@]}" --speculative eagle
+expect_error "^error: generate: --dump-draft needs --speculative dspark$" "$deepinfer" "${args[@]}" --dump-draft "$out/d.npy"
+expect_error "^error: generate: --speculative-length needs --speculative dspark$" "$deepinfer" "${args[@]}" --speculative-length 3
+expect_error "^error: speculative length must be 0 \(the confidence policy\) or 1\.\.5 \(the draft block\), got 9$" \
   "$deepinfer" "${args[@]}" --speculative dspark --speculative-length 9
 
 plain=$("$deepinfer" "${args[@]}")

@@ -74,64 +74,22 @@ def hf_config(flat):
 def add_draft_weights(t, cfg, factory, kernel):
     """The mtp.* stages: window-only blocks with their own MoE, main_proj/main_norm on stage 0,
     norm / Markov head / confidence head on the last."""
-    d, hc, inter = cfg["dim"], cfg["hc_mult"], cfg["moe_inter_dim"]
-    mix = (2 + hc) * hc
-    qdim = cfg["n_heads"] * cfg["head_dim"]
-    rank = cfg["dspark_markov_rank"]
-
-    def bf16(name, *shape, std, mean=0.0):
-        t[name] = factory.normal(*shape, std=std, mean=mean).to(torch.bfloat16)
-
-    def f32(name, *shape, std, mean=0.0):
-        t[name] = factory.normal(*shape, std=std, mean=mean)
-
-    def fp8(name, rows, cols, std):
-        t[name + ".weight"], t[name + ".scale"] = factory.fp8(rows, cols, std)
-
-    def fp4(name, rows, cols, std):
-        t[name + ".weight"], t[name + ".scale"] = factory.fp4(rows, cols, std, kernel)
-
+    w = tiny.TensorWriter(t, factory, kernel)
+    d, rank = cfg["dim"], cfg["dspark_markov_rank"]
     taps = len(cfg["dspark_target_layer_ids"])
     for k in range(cfg["n_mtp_layers"]):
         p = f"mtp.{k}."
         if k == 0:
-            fp8(p + "main_proj", d, taps * d, 1.0 / math.sqrt(taps * d))
-            bf16(p + "main_norm.weight", d, std=0.1, mean=1.0)
-        bf16(p + "attn_norm.weight", d, std=0.1, mean=1.0)
-        bf16(p + "ffn_norm.weight", d, std=0.1, mean=1.0)
-        for site in ("attn", "ffn"):
-            f32(p + f"hc_{site}_fn", mix, hc * d, std=1.0 / math.sqrt(hc * d))
-            f32(p + f"hc_{site}_base", mix, std=0.5)
-            t[p + f"hc_{site}_base"][hc:2 * hc] -= 1.0
-            f32(p + f"hc_{site}_scale", 3, std=0.1, mean=1.0)
-        a = p + "attn."
-        fp8(a + "wq_a", cfg["q_lora_rank"], d, 1.0 / math.sqrt(d))
-        bf16(a + "q_norm.weight", cfg["q_lora_rank"], std=0.1, mean=1.0)
-        fp8(a + "wq_b", qdim, cfg["q_lora_rank"], 2.0 / math.sqrt(cfg["q_lora_rank"]))
-        fp8(a + "wkv", cfg["head_dim"], d, 1.0 / math.sqrt(d))
-        bf16(a + "kv_norm.weight", cfg["head_dim"], std=0.1, mean=1.0)
-        fp8(a + "wo_a", cfg["o_groups"] * cfg["o_lora_rank"], qdim // cfg["o_groups"],
-            1.0 / math.sqrt(qdim // cfg["o_groups"]))
+            w.fp8(p + "main_proj", d, taps * d, 1.0 / math.sqrt(taps * d))
+            w.bf16(p + "main_norm.weight", d, std=0.1, mean=1.0)
         # A larger output gain than the backbone's: the draft's only signal about the context is
         # its attention, which must show in the logits for the golden to test it.
-        fp8(a + "wo_b", d, cfg["o_groups"] * cfg["o_lora_rank"], 2.0 / math.sqrt(cfg["o_groups"] * cfg["o_lora_rank"]))
-        f32(a + "attn_sink", cfg["n_heads"], std=1.0)
-        f = p + "ffn."
-        experts = cfg["dspark_n_routed_experts"]
-        bf16(f + "gate.weight", experts, d, std=1.0 / math.sqrt(d))
-        f32(f + "gate.bias", experts, std=0.1)
-        for e in range(experts):
-            fp4(f + f"experts.{e}.w1", inter, d, 2.0 / math.sqrt(d))
-            fp4(f + f"experts.{e}.w3", inter, d, 2.0 / math.sqrt(d))
-            fp4(f + f"experts.{e}.w2", d, inter, 0.5 / math.sqrt(inter))
-        fp8(f + "shared_experts.w1", inter, d, 2.0 / math.sqrt(d))
-        fp8(f + "shared_experts.w3", inter, d, 2.0 / math.sqrt(d))
-        fp8(f + "shared_experts.w2", d, inter, 0.5 / math.sqrt(inter))
+        tiny.block_weights(w, p, cfg, cfg["dspark_n_routed_experts"], wo_b_gain=2.0)
         if k == cfg["n_mtp_layers"] - 1:
-            bf16(p + "norm.weight", d, std=0.1, mean=1.0)
-            bf16(p + "markov_head.embed.weight", cfg["vocab_size"], rank, std=1.0)
-            bf16(p + "markov_head.head.weight", cfg["vocab_size"], rank, std=0.3 / math.sqrt(rank))
-            bf16(p + "confidence_head.proj.weight", 1, d + rank, std=1.0 / math.sqrt(d + rank))
+            w.bf16(p + "norm.weight", d, std=0.1, mean=1.0)
+            w.bf16(p + "markov_head.embed.weight", cfg["vocab_size"], rank, std=1.0)
+            w.bf16(p + "markov_head.head.weight", cfg["vocab_size"], rank, std=0.3 / math.sqrt(rank))
+            w.bf16(p + "confidence_head.proj.weight", 1, d + rank, std=1.0 / math.sqrt(d + rank))
 
 
 class ForcedDraftTokens:

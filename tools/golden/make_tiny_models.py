@@ -200,81 +200,102 @@ class WeightFactory:
         return packed.view(torch.int8), scale
 
 
-def make_weights(cfg, factory, kernel):
-    t = {}
+class TensorWriter:
+    """Random tensors into `t` in the released storage formats, drawn from one factory in call order."""
+
+    def __init__(self, t, factory, kernel):
+        self.t, self.factory, self.kernel = t, factory, kernel
+
+    def bf16(self, name, *shape, std, mean=0.0):
+        self.t[name] = self.factory.normal(*shape, std=std, mean=mean).to(torch.bfloat16)
+
+    def f32(self, name, *shape, std, mean=0.0):
+        self.t[name] = self.factory.normal(*shape, std=std, mean=mean)
+
+    def fp8(self, name, rows, cols, std):
+        self.t[name + ".weight"], self.t[name + ".scale"] = self.factory.fp8(rows, cols, std)
+
+    def fp4(self, name, rows, cols, std):
+        self.t[name + ".weight"], self.t[name + ".scale"] = self.factory.fp4(rows, cols, std, self.kernel)
+
+
+def block_weights(w, p, cfg, experts, wo_b_gain=0.6, attention_extras=lambda: None):
+    """One block under prefix p (a backbone layer or a DSpark stage): norms, mHC, the window
+    attention, `attention_extras` (a backbone layer's compressor, indexer and Engram), the MoE."""
     d, hc = cfg["dim"], cfg["hc_mult"]
     mix = (2 + hc) * hc
-
-    def bf16(name, *shape, std, mean=0.0):
-        t[name] = factory.normal(*shape, std=std, mean=mean).to(torch.bfloat16)
-
-    def f32(name, *shape, std, mean=0.0):
-        t[name] = factory.normal(*shape, std=std, mean=mean)
-
-    def fp8(name, rows, cols, std):
-        t[name + ".weight"], t[name + ".scale"] = factory.fp8(rows, cols, std)
-
-    def fp4(name, rows, cols, std):
-        t[name + ".weight"], t[name + ".scale"] = factory.fp4(rows, cols, std, kernel)
-
-    # Embedding-dominated residual stream (std ~16); each sublayer adds a few percent.
-    bf16("embed.weight", cfg["vocab_size"], d, std=16.0)
-    bf16("norm.weight", d, std=0.1, mean=1.0)
-    bf16("head.weight", cfg["vocab_size"], d, std=0.5 / math.sqrt(d))
     qdim = cfg["n_heads"] * cfg["head_dim"]
+    w.bf16(p + "attn_norm.weight", d, std=0.1, mean=1.0)
+    w.bf16(p + "ffn_norm.weight", d, std=0.1, mean=1.0)
+    for site in ("attn", "ffn"):
+        w.f32(p + f"hc_{site}_fn", mix, hc * d, std=1.0 / math.sqrt(hc * d))
+        w.f32(p + f"hc_{site}_base", mix, std=0.5)
+        w.t[p + f"hc_{site}_base"][hc:2 * hc] -= 1.0  # post ~ 2*sigmoid(-1) ~ 0.54
+        w.f32(p + f"hc_{site}_scale", 3, std=0.1, mean=1.0)
+    a = p + "attn."
+    w.fp8(a + "wq_a", cfg["q_lora_rank"], d, 1.0 / math.sqrt(d))
+    w.bf16(a + "q_norm.weight", cfg["q_lora_rank"], std=0.1, mean=1.0)
+    w.fp8(a + "wq_b", qdim, cfg["q_lora_rank"], 2.0 / math.sqrt(cfg["q_lora_rank"]))
+    w.fp8(a + "wkv", cfg["head_dim"], d, 1.0 / math.sqrt(d))
+    w.bf16(a + "kv_norm.weight", cfg["head_dim"], std=0.1, mean=1.0)
+    w.fp8(a + "wo_a", cfg["o_groups"] * cfg["o_lora_rank"], qdim // cfg["o_groups"],
+          1.0 / math.sqrt(qdim // cfg["o_groups"]))
+    w.fp8(a + "wo_b", d, cfg["o_groups"] * cfg["o_lora_rank"],
+          wo_b_gain / math.sqrt(cfg["o_groups"] * cfg["o_lora_rank"]))
+    w.f32(a + "attn_sink", cfg["n_heads"], std=1.0)
+    attention_extras()
+    f = p + "ffn."
+    inter = cfg["moe_inter_dim"]
+    w.bf16(f + "gate.weight", experts, d, std=1.0 / math.sqrt(d))
+    w.f32(f + "gate.bias", experts, std=0.1)
+    for e in range(experts):
+        w.fp4(f + f"experts.{e}.w1", inter, d, 2.0 / math.sqrt(d))
+        w.fp4(f + f"experts.{e}.w3", inter, d, 2.0 / math.sqrt(d))
+        w.fp4(f + f"experts.{e}.w2", d, inter, 0.5 / math.sqrt(inter))
+    w.fp8(f + "shared_experts.w1", inter, d, 2.0 / math.sqrt(d))
+    w.fp8(f + "shared_experts.w3", inter, d, 2.0 / math.sqrt(d))
+    w.fp8(f + "shared_experts.w2", d, inter, 0.5 / math.sqrt(inter))
+
+
+def make_weights(cfg, factory, kernel):
+    t = {}
+    w = TensorWriter(t, factory, kernel)
+    d, hc = cfg["dim"], cfg["hc_mult"]
+    # Embedding-dominated residual stream (std ~16); each sublayer adds a few percent.
+    w.bf16("embed.weight", cfg["vocab_size"], d, std=16.0)
+    w.bf16("norm.weight", d, std=0.1, mean=1.0)
+    w.bf16("head.weight", cfg["vocab_size"], d, std=0.5 / math.sqrt(d))
     for i in range(cfg["n_layers"]):
         p = f"layers.{i}."
         ratio = cfg["compress_ratios"][i]
-        bf16(p + "attn_norm.weight", d, std=0.1, mean=1.0)
-        bf16(p + "ffn_norm.weight", d, std=0.1, mean=1.0)
-        for site in ("attn", "ffn"):
-            f32(p + f"hc_{site}_fn", mix, hc * d, std=1.0 / math.sqrt(hc * d))
-            f32(p + f"hc_{site}_base", mix, std=0.5)
-            t[p + f"hc_{site}_base"][hc:2 * hc] -= 1.0  # post ~ 2*sigmoid(-1) ~ 0.54
-            f32(p + f"hc_{site}_scale", 3, std=0.1, mean=1.0)
         a = p + "attn."
-        fp8(a + "wq_a", cfg["q_lora_rank"], d, 1.0 / math.sqrt(d))
-        bf16(a + "q_norm.weight", cfg["q_lora_rank"], std=0.1, mean=1.0)
-        fp8(a + "wq_b", qdim, cfg["q_lora_rank"], 2.0 / math.sqrt(cfg["q_lora_rank"]))
-        fp8(a + "wkv", cfg["head_dim"], d, 1.0 / math.sqrt(d))
-        bf16(a + "kv_norm.weight", cfg["head_dim"], std=0.1, mean=1.0)
-        fp8(a + "wo_a", cfg["o_groups"] * cfg["o_lora_rank"], qdim // cfg["o_groups"],
-            1.0 / math.sqrt(qdim // cfg["o_groups"]))
-        fp8(a + "wo_b", d, cfg["o_groups"] * cfg["o_lora_rank"], 0.6 / math.sqrt(cfg["o_groups"] * cfg["o_lora_rank"]))
-        f32(a + "attn_sink", cfg["n_heads"], std=1.0)
-        if i in cfg["kv_source_layers"]:
-            bf16(a + "compressor.wkv.weight", cfg["head_dim"], d, std=1.0 / math.sqrt(d))
-            if ratio > 1:
-                bf16(a + "compressor.wgate.weight", cfg["head_dim"], d, std=1.0 / math.sqrt(d))
-            bf16(a + "compressor.norm.weight", cfg["head_dim"], std=0.1, mean=1.0)
-            bf16(a + "indexer.wk.weight", cfg["index_head_dim"], cfg["head_dim"], std=1.0 / math.sqrt(cfg["head_dim"]))
-            bf16(a + "indexer.k_norm.weight", cfg["index_head_dim"], std=0.1, mean=1.0)
-        if i in cfg["index_source_layers"]:
-            fp8(a + "indexer.wq_b", cfg["index_n_heads"] * cfg["index_head_dim"], cfg["q_lora_rank"],
-                1.0 / math.sqrt(cfg["q_lora_rank"]))
-            bf16(a + "indexer.weights_proj.weight", cfg["index_n_heads"], d, std=1.0 / math.sqrt(d))
-        if i in cfg["engram_layer_ids"]:
-            k = cfg["engram_layer_ids"].index(i)
-            rows, edim = cfg["engram_num_embeddings"][k], cfg["engram_head_dim"]
-            cols = (cfg["engram_max_ngram_size"] - 1) * cfg["engram_n_heads"]
-            table, scale = factory.fp8(rows, edim, 1.0)  # quantize, then give each row its own scales
-            row_scale_exp = torch.randint(120, 130, (rows, edim // 32), generator=factory.gen)
-            t[p + "engram.embed.weight"] = table
-            t[p + "engram.embed.scale"] = torch.exp2(row_scale_exp.float() - 127).to(torch.float8_e8m0fnu)
-            fp8(p + "engram.wkv", d * (hc + 1), cols * edim, 1.0 / math.sqrt(cols * edim))
-            bf16(p + "engram.q_weight", hc, d, std=0.5, mean=1.0)
-            bf16(p + "engram.k_weight", hc, d, std=0.5, mean=1.0)
-        f = p + "ffn."
-        inter = cfg["moe_inter_dim"]
-        bf16(f + "gate.weight", cfg["n_routed_experts"], d, std=1.0 / math.sqrt(d))
-        f32(f + "gate.bias", cfg["n_routed_experts"], std=0.1)
-        for e in range(cfg["n_routed_experts"]):
-            fp4(f + f"experts.{e}.w1", inter, d, 2.0 / math.sqrt(d))
-            fp4(f + f"experts.{e}.w3", inter, d, 2.0 / math.sqrt(d))
-            fp4(f + f"experts.{e}.w2", d, inter, 0.5 / math.sqrt(inter))
-        fp8(f + "shared_experts.w1", inter, d, 2.0 / math.sqrt(d))
-        fp8(f + "shared_experts.w3", inter, d, 2.0 / math.sqrt(d))
-        fp8(f + "shared_experts.w2", d, inter, 0.5 / math.sqrt(inter))
+
+        def extras():
+            if i in cfg["kv_source_layers"]:
+                w.bf16(a + "compressor.wkv.weight", cfg["head_dim"], d, std=1.0 / math.sqrt(d))
+                if ratio > 1:
+                    w.bf16(a + "compressor.wgate.weight", cfg["head_dim"], d, std=1.0 / math.sqrt(d))
+                w.bf16(a + "compressor.norm.weight", cfg["head_dim"], std=0.1, mean=1.0)
+                w.bf16(a + "indexer.wk.weight", cfg["index_head_dim"], cfg["head_dim"],
+                       std=1.0 / math.sqrt(cfg["head_dim"]))
+                w.bf16(a + "indexer.k_norm.weight", cfg["index_head_dim"], std=0.1, mean=1.0)
+            if i in cfg["index_source_layers"]:
+                w.fp8(a + "indexer.wq_b", cfg["index_n_heads"] * cfg["index_head_dim"], cfg["q_lora_rank"],
+                      1.0 / math.sqrt(cfg["q_lora_rank"]))
+                w.bf16(a + "indexer.weights_proj.weight", cfg["index_n_heads"], d, std=1.0 / math.sqrt(d))
+            if i in cfg["engram_layer_ids"]:
+                k = cfg["engram_layer_ids"].index(i)
+                rows, edim = cfg["engram_num_embeddings"][k], cfg["engram_head_dim"]
+                cols = (cfg["engram_max_ngram_size"] - 1) * cfg["engram_n_heads"]
+                table, _ = factory.fp8(rows, edim, 1.0)  # quantize, then give each row its own scales
+                row_scale_exp = torch.randint(120, 130, (rows, edim // 32), generator=factory.gen)
+                t[p + "engram.embed.weight"] = table
+                t[p + "engram.embed.scale"] = torch.exp2(row_scale_exp.float() - 127).to(torch.float8_e8m0fnu)
+                w.fp8(p + "engram.wkv", d * (hc + 1), cols * edim, 1.0 / math.sqrt(cols * edim))
+                w.bf16(p + "engram.q_weight", hc, d, std=0.5, mean=1.0)
+                w.bf16(p + "engram.k_weight", hc, d, std=0.5, mean=1.0)
+
+        block_weights(w, p, cfg, cfg["n_routed_experts"], attention_extras=extras)
     return t
 
 
