@@ -20,6 +20,7 @@
 #include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/serving_bench.h"
+#include "cli/speculative_flag.h"
 #include "cli/weight_layout_flag.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
@@ -51,6 +52,9 @@ struct BenchOptions {
   std::vector<int64_t> batch_sizes = {1, 4, 16};
   int64_t warmup = 1;
   bool json = false;
+  bool speculative = false;
+  int speculative_length = 5;
+  double forced_accepted = 0;  // mean tokens per verify step to force (bonus included); 0: real acceptance
 };
 
 std::vector<int64_t> ParseBatchSizes(const std::string& text) {
@@ -82,6 +86,16 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
        [](BenchOptions& o, const std::string& v) { o.batch_sizes = ParseBatchSizes(v); }},
       {"--warmup", "K", "untimed forwards before each measurement (default 1)",
        [](BenchOptions& o, const std::string& v) { o.warmup = ParseIntFlag("--warmup", v, 0, 1000); }},
+      SpeculativeFlag<BenchOptions>(),
+      {"--speculative-length", "K", "with --speculative dspark: drafts verified per step (default 5)",
+       [](BenchOptions& o, const std::string& v) {
+         o.speculative_length = static_cast<int>(ParseIntFlag("--speculative-length", v, 1, 256));
+       }},
+      {"--forced-accepted", "A",
+       "with --speculative dspark, for measuring speed: keep A tokens per verify step on average (bonus included, "
+       "1 <= A <= K + 1; the kept drafts follow a fixed pattern whatever the target says), instead of the real "
+       "acceptance",
+       [](BenchOptions& o, const std::string& v) { o.forced_accepted = ParseRealFlag("--forced-accepted", v); }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](BenchOptions& o, const std::string&) { o.json = true; }},
   };
@@ -97,6 +111,11 @@ void PrintBenchHelp(std::ostream& out) {
 BenchOptions ParseBenchOptions(const std::vector<std::string>& args) {
   BenchOptions options;
   ParseFlags("bench", args, BenchFlags(), options);
+  if (options.forced_accepted != 0 &&
+      (!options.speculative ||
+       !(options.forced_accepted >= 1 && options.forced_accepted <= options.speculative_length + 1))) {
+    throw MakeError("bench: --forced-accepted needs --speculative dspark and a value in [1, --speculative-length + 1]");
+  }
   // Batch 1 feeds the top-level decode numbers.
   if (std::find(options.batch_sizes.begin(), options.batch_sizes.end(), 1) == options.batch_sizes.end()) {
     options.batch_sizes.insert(options.batch_sizes.begin(), 1);
@@ -159,6 +178,120 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
   return result;
 }
 
+struct SpeculativeResult {
+  int64_t steps = 0;
+  int length = 0;             // drafts verified per step
+  double mean_emitted = 0;    // tokens per verify step, bonus included
+  double plain_seconds = 0;   // per plain decode step (a sequence beside it, interleaved)
+  double draft_seconds = 0;   // per draft
+  double verify_seconds = 0;  // per verify forward
+  double plain_bytes = 0;     // ForwardStats::weight_bytes per plain step ...
+  double verify_bytes = 0;    // ... and per verify step
+  double draft_bytes = 0;     // Model::read_bytes().draft
+  double head_bytes = 0;
+
+  double plain_tokens_per_s() const { return 1.0 / plain_seconds; }
+  double speculative_tokens_per_s() const { return mean_emitted / (draft_seconds + verify_seconds); }
+  double speedup() const { return speculative_tokens_per_s() / plain_tokens_per_s(); }
+  // A step reads its bytes at the same rate: the speedup the bytes allow.
+  double bytes_bound() const { return mean_emitted * plain_bytes / (verify_bytes + draft_bytes); }
+  // The same with `layers` layers, each reading what the measured ones read on average.
+  double bytes_bound_at(int measured_layers, int layers) const {
+    auto scale = [&](double bytes) { return head_bytes + (bytes - head_bytes) * layers / measured_layers; };
+    return mean_emitted * scale(plain_bytes) / (scale(verify_bytes) + draft_bytes);
+  }
+};
+
+// Batch 1: a sequence decoding speculatively (draft, verify [next, d_1..d_k], keep, roll back) and
+// one decoding plainly from the same prompt, their steps interleaved so both see the same machine.
+// With `forced` > 0 the kept drafts per step follow a fixed pattern averaging forced - 1 (a
+// measurement of speed at a given acceptance); else the greedy target decides.
+SpeculativeResult RunSpeculativeDecode(const Model& model, const ComputeContext& ctx, int length, double forced,
+                                       int64_t warmup, int64_t steps) {
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t width = model.draft_tap_width();
+  std::vector<int32_t> tokens;
+  for (int64_t t = 0; t < kDecodePromptTokens; ++t) tokens.push_back(BenchToken(2000, t, vocab));
+  SequenceState spec = model.NewSequence();
+  SequenceState plain = model.NewSequence();
+  DraftState draft = model.NewDraftState();
+  std::vector<float> logits, taps, plain_logits;
+  ForwardItem prompt{&spec, tokens, LogitsMode::kLast};
+  prompt.tap_rows = kDecodePromptTokens;
+  model.ForwardInto({&prompt, 1}, ctx, logits, nullptr, &taps);
+  ForwardItem plain_prompt{&plain, tokens, LogitsMode::kLast};
+  model.ForwardInto({&plain_prompt, 1}, ctx, plain_logits);
+  int32_t next = Argmax(logits.data(), vocab);
+  int32_t plain_next = next;
+  auto argmax = [](int, int, std::span<const float> row) {
+    return Argmax(row.data(), static_cast<int64_t>(row.size()));
+  };
+  SpeculativeResult r;
+  r.length = length;
+  const Model::ReadBytes read = model.read_bytes();
+  r.draft_bytes = static_cast<double>(read.draft);
+  r.head_bytes = static_cast<double>(read.head);
+  double kept_drafts_owed = 0;
+  DraftResult drafted;
+  std::vector<int32_t> verify;
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    const bool timed = step >= warmup;
+    // Plain.
+    ForwardStats plain_stats;
+    ForwardItem plain_item{&plain, std::span<const int32_t>(&plain_next, 1)};
+    Clock::time_point start = Clock::now();
+    model.ForwardInto({&plain_item, 1}, ctx, plain_logits, &plain_stats);
+    if (timed) {
+      r.plain_seconds += Seconds(start, Clock::now());
+      r.plain_bytes += static_cast<double>(plain_stats.weight_bytes);
+    }
+    plain_next = Argmax(plain_logits.data(), vocab);
+    // Speculative: draft, verify, keep.
+    DraftItem item{&draft, taps, true, next};
+    start = Clock::now();
+    model.Draft({&item, 1}, ctx, argmax, drafted);
+    const Clock::time_point drafted_at = Clock::now();
+    verify.assign(1, next);
+    verify.insert(verify.end(), drafted.tokens.begin(), drafted.tokens.begin() + length);
+    ForwardItem check{&spec, verify, LogitsMode::kAll};
+    check.tap_rows = length + 1;
+    check.rollback = true;
+    ForwardStats verify_stats;
+    model.ForwardInto({&check, 1}, ctx, logits, &verify_stats, &taps);
+    if (timed) {
+      r.draft_seconds += Seconds(start, drafted_at);
+      r.verify_seconds += Seconds(drafted_at, Clock::now());
+      r.verify_bytes += static_cast<double>(verify_stats.weight_bytes);
+    }
+    int kept_drafts = 0;
+    if (forced > 0) {
+      kept_drafts_owed += forced - 1;
+      kept_drafts = std::min(length, static_cast<int>(kept_drafts_owed));
+      kept_drafts_owed -= kept_drafts;
+    } else {
+      while (kept_drafts < length && Argmax(logits.data() + kept_drafts * vocab, vocab) == verify[kept_drafts + 1]) {
+        ++kept_drafts;
+      }
+    }
+    const int64_t start_position = spec.length() - (length + 1);
+    tokens.insert(tokens.end(), verify.begin(), verify.begin() + kept_drafts + 1);
+    spec.Truncate(start_position + kept_drafts + 1, model.EngramHistory(tokens));
+    spec.ReleaseStaleWindowPages();
+    taps.resize(static_cast<size_t>((kept_drafts + 1) * width));
+    next = Argmax(logits.data() + kept_drafts * vocab, vocab);
+    if (timed) r.mean_emitted += kept_drafts + 1;
+  }
+  r.steps = steps;
+  const double n = static_cast<double>(steps);
+  r.mean_emitted /= n;
+  r.plain_seconds /= n;
+  r.draft_seconds /= n;
+  r.verify_seconds /= n;
+  r.plain_bytes /= n;
+  r.verify_bytes /= n;
+  return r;
+}
+
 // The instruction the prefill GEMM panels run on: vdpbf16ps only where the kernel plan puts the
 // panels on it (Zen 4, twice the FMA rate); on Intel the panels use FMAs, which run there at twice
 // the vdpbf16ps rate, so a vdpbf16ps peak would halve the denominator.
@@ -197,7 +330,15 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     throw MakeError("bench: --prefill-tokens ", o.prefill_tokens, " exceeds the model's maximum context of ",
                     model->max_context(), " tokens");
   }
-  const int64_t decode_length = kDecodePromptTokens + o.warmup + o.decode_tokens;
+  if (o.speculative && !model->has_draft()) {
+    throw MakeError("bench: --speculative dspark needs a model with DSpark stages; ", model_dir, " has none");
+  }
+  if (o.speculative && o.speculative_length > model->draft_block()) {
+    throw MakeError("bench: --speculative-length ", o.speculative_length, " exceeds the draft block of ",
+                    model->draft_block());
+  }
+  const int64_t decode_length =
+      kDecodePromptTokens + (o.warmup + o.decode_tokens) * (o.speculative ? o.speculative_length + 1 : 1);
   if (decode_length > model->max_context()) {
     throw MakeError("bench: decode needs ", decode_length, " positions (", kDecodePromptTokens,
                     "-token prompt + --warmup + --decode-tokens) but the model's maximum context is ",
@@ -246,6 +387,13 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     probe.Sample(kBandwidthBetweenPasses);
   }
 
+  std::optional<SpeculativeResult> speculative;
+  if (o.speculative) {
+    Progress("speculative decode, batch 1");
+    speculative = RunSpeculativeDecode(*model, ctx, o.speculative_length, o.forced_accepted, o.warmup, o.decode_tokens);
+    probe.Sample(kBandwidthBetweenPasses);
+  }
+
   const ReadBandwidthProbe::Summary bandwidth = probe.summary();
   const double read_gb_s = bandwidth.median / 1e9;
   const double best_gemv_gb_s = gemvs.best_bytes_per_s / 1e9;
@@ -285,6 +433,24 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%% %9.2f%%\n", static_cast<long long>(d.batch),
                 d.step_seconds * 1e3, static_cast<double>(d.batch) / d.step_seconds, d.bytes_per_step, gb_s(d),
                 100.0 * gb_s(d) / read_gb_s, best_gemv_gb_s > 0 ? 100.0 * gb_s(d) / best_gemv_gb_s : 0.0);
+  }
+
+  constexpr int kReleasedLayers = 40;
+  if (speculative) {
+    const SpeculativeResult& sp = *speculative;
+    std::printf(
+        "\nspeculative decoding (DSpark, batch 1, %d drafts verified per step, %s; %lld steps interleaved with "
+        "plain steps)\n",
+        sp.length, o.forced_accepted > 0 ? "forced acceptance" : "greedy acceptance", static_cast<long long>(sp.steps));
+    std::printf("  tokens per verify step %8.3f (bonus included)\n", sp.mean_emitted);
+    std::printf("  plain                  %8.3f ms/token  %8.2f tokens/s  %12.0f bytes/step\n", sp.plain_seconds * 1e3,
+                sp.plain_tokens_per_s(), sp.plain_bytes);
+    std::printf("  draft + verify         %8.3f + %.3f ms  %8.2f tokens/s  %12.0f + %.0f bytes/step\n",
+                sp.draft_seconds * 1e3, sp.verify_seconds * 1e3, sp.speculative_tokens_per_s(), sp.draft_bytes,
+                sp.verify_bytes);
+    std::printf("  speedup %.3fx; bytes bound %.3fx (%.1f%% of it); bound projected to %d layers %.3fx\n", sp.speedup(),
+                sp.bytes_bound(), 100.0 * sp.speedup() / sp.bytes_bound(), kReleasedLayers,
+                sp.bytes_bound_at(config.num_layers, kReleasedLayers));
   }
 
   if (o.json) {
@@ -329,6 +495,25 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_gemv_fraction", best_gemv_gb_s > 0 ? gb_s(one) / best_gemv_gb_s : 0.0},
         {"decode", per_batch},
     };
+    if (speculative) {
+      const SpeculativeResult& sp = *speculative;
+      j["speculative"] = {{"length", sp.length},
+                          {"forced_accepted", o.forced_accepted},
+                          {"steps", sp.steps},
+                          {"mean_accepted_length", sp.mean_emitted},
+                          {"plain_tokens_per_s", sp.plain_tokens_per_s()},
+                          {"speculative_tokens_per_s", sp.speculative_tokens_per_s()},
+                          {"speedup", sp.speedup()},
+                          {"plain_ms", sp.plain_seconds * 1e3},
+                          {"draft_ms", sp.draft_seconds * 1e3},
+                          {"verify_ms", sp.verify_seconds * 1e3},
+                          {"plain_bytes_per_step", sp.plain_bytes},
+                          {"verify_bytes_per_step", sp.verify_bytes},
+                          {"draft_bytes", sp.draft_bytes},
+                          {"bytes_bound", sp.bytes_bound()},
+                          {"bound_fraction", sp.speedup() / sp.bytes_bound()},
+                          {"bytes_bound_40_layers", sp.bytes_bound_at(config.num_layers, kReleasedLayers)}};
+    }
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);

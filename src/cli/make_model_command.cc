@@ -33,6 +33,14 @@ const std::vector<Flag<RandomCheckpointOptions>>& Flags() {
        [](RandomCheckpointOptions& o, const std::string& v) {
          o.engram_rows = ParseIntFlagAs<int64_t>("--engram-rows", v);
        }},
+      {"--draft-stages", "N", "DSpark draft stages, the release's head (default 0: none; the release has 3)",
+       [](RandomCheckpointOptions& o, const std::string& v) {
+         o.draft_stages = ParseIntFlagAs<int>("--draft-stages", v);
+       }},
+      {"--draft-experts", "E", "routed experts of each DSpark stage (default 128, the release's)",
+       [](RandomCheckpointOptions& o, const std::string& v) {
+         o.draft_experts = ParseIntFlagAs<int>("--draft-experts", v);
+       }},
       {"--seed", "S", "random seed (default 0)",
        [](RandomCheckpointOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--shard-gb", "G", "shard the weights into files of at most G x 10^9 bytes (default 0: one file)",

@@ -175,7 +175,8 @@ Model::ReadBytes Model::read_bytes() const {
   const ModelConfig& c = config_;
   ReadBytes r;
   for (const uint64_t bytes : layer_fixed_bytes_) r.fixed += bytes;
-  r.fixed += weights_.head.bytes();
+  r.head = weights_.head.bytes();
+  r.fixed += r.head;
   auto expert_bytes = [](const MoeWeights& ffn) {
     return ffn.experts.empty() ? uint64_t{0}
                                : ffn.experts[0].w1.bytes() + ffn.experts[0].w2.bytes() + ffn.experts[0].w3.bytes();

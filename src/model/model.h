@@ -174,7 +174,8 @@ class Model {
   // What one step reads, for a speculation policy: every weight but the routed experts (plus
   // the head), one routed expert of a layer, and the same for one draft call of one sequence.
   struct ReadBytes {
-    uint64_t fixed = 0;
+    uint64_t head = 0;   // the output head, read by every step and every draft
+    uint64_t fixed = 0;  // head included
     uint64_t expert = 0;
     int experts = 0;
     int top_k = 0;

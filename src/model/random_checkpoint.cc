@@ -63,6 +63,8 @@ struct Preset {
   int default_experts;   // 0: --experts is required
 };
 
+constexpr int kDraftTopK = 3;  // routed experts per token in a DSpark stage (the release's)
+
 constexpr Preset kPresets[] = {
     {"v41-flash-slice",
      "the real DeepSeek-V4.1-Flash per-layer dimensions",
@@ -541,6 +543,13 @@ void ValidateRandomCheckpointOptions(const RandomCheckpointOptions& o) {
   if (o.engram_rows < 0) throw MakeError("--engram-rows: must be positive, got ", o.engram_rows);
   if (o.shard_gb < 0) throw MakeError("--shard-gb: must not be negative, got ", o.shard_gb);
   if (o.threads < 0) throw MakeError("--threads: must not be negative, got ", o.threads);
+  if (o.draft_stages < 0 || o.draft_stages > 16) {
+    throw MakeError("--draft-stages: expected 0..16 (the release has 3), got ", o.draft_stages);
+  }
+  if (o.draft_experts != 0 && (o.draft_experts < kDraftTopK || o.draft_experts > kMaxExperts)) {
+    throw MakeError("--draft-experts: expected ", kDraftTopK, "..", kMaxExperts, ", got ", o.draft_experts);
+  }
+  if (o.draft_experts != 0 && o.draft_stages == 0) throw MakeError("--draft-experts needs --draft-stages");
 }
 
 std::vector<RandomCheckpointPreset> RandomCheckpointPresets() {
@@ -669,8 +678,27 @@ std::string RandomCheckpointConfigJson(const RandomCheckpointOptions& options, c
                                  {"weight_block_size", {32, 32}},
                                  {"scale_fmt", "ue8m0"},
                                  {"expert_dtype", "fp4"}};
-  root["deepinfer_make_model"] = {
-      {"preset", o.preset}, {"layers", o.layers}, {"experts", o.experts}, {"vocab", vocab}, {"seed", o.seed}};
+  if (o.draft_stages > 0) {
+    // The release's DSpark head; its taps from up to 3 layers spread over the backbone.
+    std::vector<int> targets;
+    const int taps = std::min(3, o.layers);
+    for (int k = 0; k < taps; ++k) targets.push_back(taps == 1 ? 0 : k * (o.layers - 1) / (taps - 1));
+    Json& t = root["text_config"];
+    t["num_nextn_predict_layers"] = o.draft_stages;
+    for (int k = 0; k < o.draft_stages; ++k) t["compress_ratios"].push_back(0);
+    t["dspark_block_size"] = 5;
+    t["dspark_noise_token_id"] = std::min<int64_t>(128799, vocab - 1);
+    t["dspark_target_layer_ids"] = targets;
+    t["dspark_markov_rank"] = 256;
+    t["dspark_n_routed_experts"] = o.draft_experts == 0 ? 128 : o.draft_experts;
+    t["dspark_num_experts_per_tok"] = kDraftTopK;
+  }
+  root["deepinfer_make_model"] = {{"preset", o.preset},
+                                  {"layers", o.layers},
+                                  {"experts", o.experts},
+                                  {"vocab", vocab},
+                                  {"draft_stages", o.draft_stages},
+                                  {"seed", o.seed}};
   const std::string json = root.dump(1) + "\n";
   (void)ParseModelConfig(json, "make-model " + o.preset + " config");  // throws if the rule ever breaks
   return json;

@@ -19,8 +19,11 @@
 // 32 heads x 128, top-512; candidates 2048 blocks x 8; hc 4; norm_eps 1e-20; RoPE 10000 /
 // compressed 160000 with YaRN x16 from 65536; Engram 8 heads x 256, 2..4-grams, compressed
 // vocab 99092), written in the released HF config.json form with quantization_config.
-// What is cut: the layer count, the routed expert count, optionally the vocabulary, the Engram
-// table rows, and the DSpark (MTP) stages (none; the config has no dspark fields).
+// What is cut: the layer count, the routed expert count, optionally the vocabulary and the Engram
+// table rows. DSpark (MTP) stages only with --draft-stages N: the release's head (block 5, Markov
+// rank 256, window-only stages with --draft-experts routed experts, default 128, top-3, noise id
+// 128799 or the last id of a smaller vocabulary), its taps from up to 3 layers spread over the
+// backbone (the first, the middle, the last).
 //
 // Layer schedule (the roles of spec section 1.2), for L layers:
 //   L >= 5: 0 SWA + Engram, 1 ratio-2 KV+index source + Engram, 2 ratio-2 reuse,
@@ -64,6 +67,8 @@ struct RandomCheckpointOptions {
   std::string out;
   int64_t vocab = 0;        // 0: the tokenizer's size
   int64_t engram_rows = 0;  // 0: the exact prime sums for engram_vocab_size 4000
+  int draft_stages = 0;     // DSpark stages (0: none)
+  int draft_experts = 0;    // routed experts of each stage (0: 128, the release's; at most --experts' bound)
   uint64_t seed = 0;
   double shard_gb = 0;    // 0: one model.safetensors; else shards of at most G * 10^9 bytes
   int threads = 0;        // 0: one per hardware thread

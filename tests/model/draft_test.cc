@@ -292,3 +292,59 @@ TEST_F(DraftTest, BadInputIsASpecificErrorAndChangesNothing) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+// The trained default model's draft acceptance, measured the way the reference measures it
+// (tools/golden/draft_acceptance.py: at every greedy decode position, the longest prefix of the 5
+// proposals equal to the target's next greedy tokens, plus the bonus token), on the reference's own
+// greedy trajectories: the engine's draft must accept within 2% of the reference's.
+TEST(DraftAcceptance, TrainedModelMatchesTheReferenceWithinTwoPercent) {
+  ThreadPool pool(2);
+  CpuBackend backend(pool, DetectIsa());
+  const ComputeContext ctx{backend};
+  const std::unique_ptr<Model> model = Model::Load(ModelDir("kjv-tiny"));
+  std::ifstream in(ModelDir("kjv-tiny") + "/golden/draft_acceptance.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const int block = model->draft_block();
+  ASSERT_EQ(golden["block"].get<int>(), block);
+  const int64_t width = model->draft_tap_width();
+  int64_t accepted = 0, steps = 0;
+  auto argmax = [](int, int, std::span<const float> row) {
+    return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  for (const nlohmann::json& c : golden["cases"]) {
+    const std::vector<int32_t> tokens = c["tokens"].get<std::vector<int32_t>>();
+    const int64_t prompt_len = c["prompt_len"].get<int64_t>();
+    SequenceState state = model->NewSequence();
+    ForwardItem item{&state, tokens, LogitsMode::kNone};
+    item.tap_rows = static_cast<int64_t>(tokens.size());
+    std::vector<float> logits, taps;
+    model->ForwardInto({&item, 1}, ctx, logits, nullptr, &taps);
+    DraftState draft = model->NewDraftState();
+    DraftResult result;
+    DraftItem seed{&draft, std::span<const float>(taps).first(prompt_len * width), false};
+    model->Draft({&seed, 1}, ctx, argmax, result);
+    for (int64_t pos = prompt_len; pos + 1 < static_cast<int64_t>(tokens.size()); ++pos) {
+      DraftItem step{&draft, std::span<const float>(taps).subspan(pos * width, width), true, tokens[pos + 1]};
+      model->Draft({&step, 1}, ctx, argmax, result);
+      if (pos + 2 + block > static_cast<int64_t>(tokens.size())) continue;
+      int k = 0;
+      while (k < block && result.tokens[k] == tokens[pos + 2 + k]) ++k;
+      accepted += k + 1;
+      ++steps;
+    }
+  }
+  const double ours = static_cast<double>(accepted) / static_cast<double>(steps);
+  const double reference = golden["mean_accepted"].get<double>();
+  std::printf(
+      "[draft] kjv-tiny acceptance on the reference's trajectories: %.4f per step over %lld steps; the "
+      "reference's %.4f over %d\n",
+      ours, static_cast<long long>(steps), reference, golden["steps"].get<int>());
+  EXPECT_EQ(steps, golden["steps"].get<int64_t>());
+  EXPECT_NEAR(ours, reference, 0.02 * reference);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
