@@ -30,6 +30,38 @@ import make_tiny_models as tiny  # noqa: E402
 GENERATED = 64
 
 
+def reference_acceptance(m, prompts, generated):
+    """(accepted tokens, steps, cases): every prompt decoded greedily by the reference for
+    `generated` tokens, each step's 5 proposals scored against the target's own continuation."""
+    cases, accepted, steps = [], 0, 0
+    for prompt in prompts:
+        tokens = list(prompt)
+        with torch.inference_mode():
+            next_ids, _, hidden = m.forward(torch.tensor([tokens]), 0)
+            next_ids = next_ids[:, -1]
+            m.forward_spec(next_ids, hidden, 0)
+            pos, proposals = len(tokens), []
+            tokens.append(int(next_ids[0]))
+            for _ in range(generated):
+                # the target reads the token at `pos` and produces the one at pos + 1; the draft,
+                # given that token and the taps of `pos`, guesses the tokens at pos + 2 .. pos + 6
+                ids, _, hidden = m.forward(torch.tensor([[tokens[-1]]]), pos)
+                ids = ids[:, -1]
+                tokens.append(int(ids[0]))
+                draft, _, _ = m.forward_spec(ids, hidden, pos)
+                proposals.append((pos + 1, draft[0, 1:].tolist()))
+                pos += 1
+        for at, draft in proposals:
+            # draft[k] guesses the token at at + 1 + k; the target's greedy tokens are known
+            k = 0
+            while k < len(draft) and at + 1 + k < len(tokens) and draft[k] == tokens[at + 1 + k]:
+                k += 1
+            if at + 1 + len(draft) <= len(tokens):
+                accepted, steps = accepted + k + 1, steps + 1
+        cases.append(dict(tokens=tokens, prompt_len=len(prompt)))
+    return accepted, steps, cases
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", required=True, type=Path, help="folder holding the deepseek_v41 package")
@@ -42,30 +74,8 @@ def main():
     tok = Tokenizer.from_file(str(args.model / "tokenizer.json"))
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
     texts = json.loads((args.model / "eval" / "text_prompts.json").read_text())
-    cases, accepted, steps = [], 0, 0
-    for text in texts:
-        tokens = [bos] + tok.encode(text, add_special_tokens=False).ids
-        prompt_len = len(tokens)
-        with torch.inference_mode():
-            next_ids, _, hidden = m.forward(torch.tensor([tokens]), 0)
-            next_ids = next_ids[:, -1]
-            m.forward_spec(next_ids, hidden, 0)
-            pos, proposals = len(tokens), []
-            tokens.append(int(next_ids[0]))
-            for _ in range(GENERATED):
-                ids, _, hidden = m.forward(torch.tensor([[tokens[-1]]]), pos)
-                ids = ids[:, -1]
-                tokens.append(int(ids[0]))
-                draft, _, _ = m.forward_spec(ids, hidden, pos)
-                proposals.append((pos + 1, draft[0, 1:].tolist()))
-                pos += 1
-        for at, draft in proposals:
-            k = 0
-            while k < len(draft) and at + 1 + k < len(tokens) and draft[k] == tokens[at + 1 + k]:
-                k += 1
-            if at + 1 + len(draft) <= len(tokens):
-                accepted, steps = accepted + k + 1, steps + 1
-        cases.append(dict(tokens=tokens, prompt_len=prompt_len))
+    prompts = [[bos] + tok.encode(text, add_special_tokens=False).ids for text in texts]
+    accepted, steps, cases = reference_acceptance(m, prompts, GENERATED)
     out = dict(mean_accepted=accepted / steps, steps=steps, generated=GENERATED, block=5, cases=cases,
                protocol="tools/train/evaluate.py dspark_acceptance on eval/text_prompts.json",
                torch=torch.__version__)

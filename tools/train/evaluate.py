@@ -104,35 +104,10 @@ def dspark_acceptance(args):
         upto = next(i for i, msg in enumerate(chat["messages"]) if msg["role"] == "assistant")
         prompts.append(tok.encode(prepare.render(args.deepinfer, chat, upto), add_special_tokens=False).ids)
     bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
-    accepted, steps = 0, 0
-    for prompt in prompts:
-        if prompt[0] != bos:
-            prompt = [bos] + prompt
-        tokens = list(prompt)
-        with torch.inference_mode():
-            # build_reference_model makes the head return every position's logits: keep the last
-            next_ids, _, hidden = m.forward(torch.tensor([tokens]), 0)
-            next_ids = next_ids[:, -1]
-            m.forward_spec(next_ids, hidden, 0)
-            pos, proposals = len(tokens), []
-            tokens.append(int(next_ids[0]))
-            for _ in range(args.tokens):
-                # the target reads the token at `pos` and produces the one at pos + 1; the draft,
-                # given that token and the taps of `pos`, guesses the tokens at pos + 2 .. pos + 6
-                ids, _, hidden = m.forward(torch.tensor([[tokens[-1]]]), pos)
-                ids = ids[:, -1]
-                tokens.append(int(ids[0]))
-                draft, _, _ = m.forward_spec(ids, hidden, pos)
-                proposals.append((pos + 1, draft[0, 1:].tolist()))
-                pos += 1
-        generated = tokens
-        for at, draft in proposals:
-            # draft[k] guesses the token at at + 1 + k; the target's greedy tokens are known
-            k = 0
-            while k < len(draft) and at + 1 + k < len(generated) and draft[k] == generated[at + 1 + k]:
-                k += 1
-            if at + 1 + len(draft) <= len(generated):
-                accepted, steps = accepted + k + 1, steps + 1
+    import draft_acceptance  # tools/golden: the protocol, shared with the engine's golden
+
+    prompts = [prompt if prompt[0] == bos else [bos] + prompt for prompt in prompts]
+    accepted, steps, _ = draft_acceptance.reference_acceptance(m, prompts, args.tokens)
     print(f"DSpark mean accepted length per step (bonus included): {accepted / steps:.3f} over {steps} steps, "
           f"{len(prompts)} held-out prompts, greedy")
     (args.work / "dspark_acceptance.json").write_text(json.dumps(dict(mean_accepted=accepted / steps, steps=steps,
