@@ -187,7 +187,9 @@ Model::ReadBytes Model::read_bytes() const {
   r.moe_layers = c.num_layers;
   if (weights_.draft) {
     const DraftWeights& d = *weights_.draft;
-    r.draft = weights_.head.bytes() + d.main_proj.bytes() + d.markov_head.bytes() + d.confidence_proj.bytes();
+    // The Markov head runs once per block slot (each slot's bias follows the previous pick).
+    r.draft = weights_.head.bytes() + d.main_proj.bytes() + c.dspark_block_size * d.markov_head.bytes() +
+              d.confidence_proj.bytes();
     const double e = c.dspark_n_routed_experts;
     const double spread = e * (1.0 - std::pow(1.0 - c.dspark_n_activated_experts / e, c.dspark_block_size));
     for (const LayerWeights& stage : d.stages) {

@@ -146,16 +146,16 @@ std::string Metrics::Render(const LoopStats& stats) const {
          "Tokens verify steps produced (accepted drafts plus one per step): over verify steps, the mean accepted "
          "length.",
          static_cast<double>(spec.emitted_tokens));
-  Header(out, "deepinfer_spec_accepted_by_position_total", "counter", "DSpark drafts accepted, by draft position.");
-  for (size_t i = 0; i < spec.accepted_at.size(); ++i) {
-    Sample(out, "deepinfer_spec_accepted_by_position_total", "position=\"" + std::to_string(i + 1) + "\"",
-           static_cast<double>(spec.accepted_at[i]));
-  }
-  Header(out, "deepinfer_spec_verified_by_position_total", "counter", "DSpark drafts verified, by draft position.");
-  for (size_t i = 0; i < spec.verified_at.size(); ++i) {
-    Sample(out, "deepinfer_spec_verified_by_position_total", "position=\"" + std::to_string(i + 1) + "\"",
-           static_cast<double>(spec.verified_at[i]));
-  }
+  auto by_position = [&](std::string_view name, std::string_view help, const std::vector<uint64_t>& counts) {
+    Header(out, name, "counter", help);
+    for (size_t i = 0; i < counts.size(); ++i) {
+      Sample(out, name, "position=\"" + std::to_string(i + 1) + "\"", static_cast<double>(counts[i]));
+    }
+  };
+  by_position("deepinfer_spec_accepted_by_position_total", "DSpark drafts accepted, by draft position.",
+              spec.accepted_at);
+  by_position("deepinfer_spec_verified_by_position_total", "DSpark drafts verified, by draft position.",
+              spec.verified_at);
   Scalar(out, "deepinfer_spec_draft_seconds_total", "counter", "Time in the DSpark draft forward.", spec.draft_seconds);
   Scalar(out, "deepinfer_spec_verify_seconds_total", "counter", "Time in forwards that verified drafts.",
          spec.verify_seconds);

@@ -2,6 +2,9 @@
 // a model in the different execution modes.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -16,6 +19,13 @@
 #include "model/model.h"
 
 namespace deepinfer::testing {
+
+// A test-name suffix for a model-name parameter ("tiny-a" -> "tiny_a").
+inline std::string ModelParamName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 inline std::string ModelDir(const std::string& name) {
   return std::string(DEEPINFER_TEST_DATA_DIR) + "/models/" + name;

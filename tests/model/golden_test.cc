@@ -143,11 +143,7 @@ TEST_P(GoldenTest, GreedyContinuationMatchesUpToNearTies) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenTest, ::testing::Values("tiny-a", "tiny-b", "tiny-c", "tiny-d", "kjv-tiny"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         ModelParamName);
 
 }  // namespace
 }  // namespace deepinfer::testing

@@ -98,12 +98,7 @@ TEST_P(RollbackTest, TruncateOutsideTheLastVerifyIsRejected) {
   EXPECT_EQ(state.length(), 9);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, RollbackTest, ::testing::Values("tiny-a", "tiny-c", "tiny-d"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(TinyModels, RollbackTest, ::testing::Values("tiny-a", "tiny-c", "tiny-d"), ModelParamName);
 
 }  // namespace
 }  // namespace deepinfer::testing
