@@ -345,23 +345,17 @@ void Engine::RunStep(const std::vector<PlannedItem>& plan, std::vector<RequestUp
     items[i].keep_window_pages = prefix_cache_ != nullptr;
     if (Speculates(r)) items[i].tap_rows = static_cast<int64_t>(items[i].tokens.size());
   }
-  DraftFor(plan, items, updates);
+  const std::vector<size_t> failed = DraftFor(plan, items, updates);
+  if (failed.empty()) return RunForward(plan, items, updates);
   // Requests the draft finished with an error run nothing.
-  std::vector<size_t> live;
+  std::vector<PlannedItem> kept_plan;
+  std::vector<ForwardItem> kept_items;
   for (size_t i = 0; i < plan.size(); ++i) {
-    if (requests_.contains(plan[i].request->id) && plan[i].request->state) live.push_back(i);
+    if (std::find(failed.begin(), failed.end(), i) != failed.end()) continue;
+    kept_plan.push_back(plan[i]);
+    kept_items.push_back(items[i]);
   }
-  if (live.size() != plan.size()) {
-    std::vector<PlannedItem> kept_plan;
-    std::vector<ForwardItem> kept_items;
-    for (size_t i : live) {
-      kept_plan.push_back(plan[i]);
-      kept_items.push_back(items[i]);
-    }
-    items = std::move(kept_items);
-    return RunForward(kept_plan, items, updates);
-  }
-  RunForward(plan, items, updates);
+  RunForward(kept_plan, kept_items, updates);
 }
 
 void Engine::RunForward(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
@@ -498,8 +492,8 @@ void Engine::AppendTaps(Request& r, std::span<const float> taps) {
   }
 }
 
-void Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
-                      std::vector<RequestUpdate>& updates) {
+std::vector<size_t> Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
+                                     std::vector<RequestUpdate>& updates) {
   std::vector<size_t> drafting;
   std::vector<DraftItem> draft_items;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -508,7 +502,7 @@ void Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardI
     drafting.push_back(i);
     draft_items.push_back(DraftItem{&*r.draft, r.unseeded_taps, true, r.tokens.back()});
   }
-  if (drafting.empty()) return;
+  if (drafting.empty()) return {};
   const int block = model_.draft_block();
   auto choose = [&](int j, int, std::span<const float> logits) -> int32_t {
     Request& r = *plan[drafting[j]].request;
@@ -523,7 +517,7 @@ void Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardI
     model_.Draft(draft_items, ctx_, choose, result);
   } catch (const Error& error) {
     for (size_t i : drafting) Finish(*plan[i].request, FinishReason::kError, error.what(), updates);
-    return;
+    return drafting;
   }
   stats_.speculation.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t vocab = model_.config().vocab_size;
@@ -550,6 +544,7 @@ void Engine::DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardI
     items[i].tap_rows = k + 1;
     items[i].rollback = true;
   }
+  return {};
 }
 
 void Engine::AcceptDrafts(Request& r, std::span<const float> rows, std::span<const float> taps,
@@ -573,20 +568,19 @@ void Engine::AcceptDrafts(Request& r, std::span<const float> rows, std::span<con
     const std::span<const float> row = rows.subspan(i * vocab, vocab);
     const TokenHistory history{.prompt = std::span<const int32_t>(r.tokens).first(r.prompt_length),
                                .output = r.output()};
-    int32_t token = 0;
+    SampleResult result;
     bool accept = false;
     try {
-      if (i == k) {
-        token = Sample(row, params, history, r.rng).token;  // every draft survived: the bonus token
-      } else if (params.temperature == 0.0f) {
-        token = Sample(row, params, history, r.rng).token;  // the plain greedy pick
-        accept = token == r.verify_tokens[i + 1];
+      if (i == k || params.temperature == 0.0f) {
+        // The bonus token after every draft survived, or the plain greedy pick.
+        result = Sample(row, params, history, r.rng);
+        accept = i < k && result.token == r.verify_tokens[i + 1];
       } else {
         const std::vector<double> p = SamplingDistribution(row, params, history);
         const std::vector<double> q =
             DraftDistribution(std::span<const float>(r.draft_logits).subspan(i * vocab, vocab), params.temperature);
         const DraftVerdict verdict = VerifyDraftToken(p, q, r.verify_tokens[i + 1], r.rng);
-        token = verdict.token;
+        result = TokenResult(row, params, verdict.token);
         accept = verdict.accepted;
       }
     } catch (const Error& error) {
@@ -597,7 +591,7 @@ void Engine::AcceptDrafts(Request& r, std::span<const float> rows, std::span<con
       ++spec.verified_at[i];
       spec.accepted_at[i] += accept ? 1 : 0;
     }
-    SampleResult result = TokenResult(row, params, token);
+    const int32_t token = result.token;
     r.tokens.push_back(token);
     ++stats_.generated_tokens;
     ++emitted;

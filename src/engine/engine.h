@@ -197,9 +197,10 @@ class Engine {
   bool Speculates(const Request& request) const;
   int64_t SpeculativeExtra(const Request& request) const;  // draft tokens a decode step may verify
   // Drafts for the planned decode steps that have room to verify, turning their items into
-  // verify steps; a failed draft finishes its requests with the error.
-  void DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
-                std::vector<RequestUpdate>& updates);
+  // verify steps. A failed draft finishes its requests with the error; it returns their indices
+  // in `plan` (those requests no longer exist).
+  std::vector<size_t> DraftFor(const std::vector<PlannedItem>& plan, std::vector<ForwardItem>& items,
+                               std::vector<RequestUpdate>& updates);
   // Row by row acceptance of a verify step; the tokens emitted, then the state truncated.
   void AcceptDrafts(Request& request, std::span<const float> rows, std::span<const float> taps,
                     std::vector<RequestUpdate>& updates);
