@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/model.h"
 
 namespace deepinfer {
 
@@ -53,9 +54,7 @@ DraftVerdict VerifyDraftToken(std::span<const double> p, std::span<const double>
 }
 
 double StepBytes::Step(int64_t tokens) const {
-  const double e = experts;
-  const double distinct = e * (1.0 - std::pow(1.0 - static_cast<double>(top_k) / e, static_cast<double>(tokens)));
-  return fixed + moe_layers * expert_bytes * distinct;
+  return fixed + moe_layers * expert_bytes * ExpectedDistinctExperts(experts, top_k, tokens);
 }
 
 double ExpectedTokens(std::span<const float> confidence, int k) {

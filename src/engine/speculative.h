@@ -39,8 +39,8 @@ DraftVerdict VerifyDraftToken(std::span<const double> p, std::span<const double>
 
 // What a step reads, for the verify-length policy: a plain decode step reads `fixed` bytes plus,
 // in each of `moe_layers` layers, top_k routed experts of `expert_bytes`; an n-token step reads
-// the experts its tokens pick, E (1 - (1 - top_k / E)^n) of them per layer when routing spreads;
-// a draft reads `draft` bytes.
+// the experts its tokens pick, ExpectedDistinctExperts (model/model.h) per layer; a draft reads
+// `draft` bytes.
 struct StepBytes {
   double fixed = 0;
   double expert_bytes = 0;

@@ -18,8 +18,6 @@ HcMix TakeHcMix(Workspace& workspace, int64_t rows, int hc) {
   return {workspace.Take<float>({rows, hc}), workspace.Take<float>({rows, hc}), workspace.Take<float>({rows, hc, hc})};
 }
 
-int64_t TapRowsOf(const ForwardItem& item) { return item.tap_rows; }
-
 int64_t LogitRowsOf(const ForwardItem& item) {
   switch (item.logits) {
     case LogitsMode::kLast:
@@ -66,12 +64,13 @@ void Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeCo
   for (int64_t r = 0; r < rows; ++r) pre_mix.row<float>(r)[0] = 1.0f;
 
   SharedIndex shared = ReserveSharedIndex(batch, workspace);
-  Tensor tap_rows;
+  std::span<int64_t> tap_rows;
+  Tensor tapped;
   if (taps != nullptr) {
-    int64_t count = 0;
-    for (const ForwardItem& item : items) count += TapRowsOf(item);
+    tap_rows = batch.TrailingRows([](const ForwardItem& item) { return item.tap_rows; }, workspace);
+    const int64_t count = static_cast<int64_t>(tap_rows.size());
     taps->resize(count * draft_tap_width());
-    tap_rows = Tensor::Contiguous(ElementType::kF32, Device::kHost, {count, draft_tap_width()}, taps->data());
+    tapped = Tensor::Contiguous(ElementType::kF32, Device::kHost, {count, draft_tap_width()}, taps->data());
   }
   const std::vector<int>& targets = c.dspark_target_layer_ids;
   uint64_t weight_bytes = rows * c.hidden_size * 2 + weights_.head.bytes();  // embedding rows, head
@@ -82,7 +81,7 @@ void Model::ForwardUnguarded(std::span<const ForwardItem> items, const ComputeCo
     }
     // The draft reads the input of its target layers, after their Engram.
     for (size_t t = 0; t < targets.size() && taps != nullptr; ++t) {
-      if (targets[t] == layer) Tap(static_cast<int>(t), batch, streams, tap_rows, ctx);
+      if (targets[t] == layer) Tap(static_cast<int>(t), tap_rows, streams, tapped, ctx);
     }
     RunBlock(layer, batch, streams, pre_mix, shared, ctx, &weight_bytes);
     weight_bytes += layer_fixed_bytes_[layer];
@@ -249,14 +248,8 @@ void Model::Head(const Batch& batch, const Tensor& streams, const Tensor& pre_mi
   const ModelConfig& c = config_;
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
-  int64_t out_rows = 0;
-  for (const ForwardItem* item : batch.items) out_rows += LogitRowsOf(*item);
-  std::span<int64_t> logit_rows = workspace.TakeArray<int64_t>(out_rows);
-  int64_t k = 0;
-  for (int i = 0; i < batch.item_count(); ++i) {
-    const int64_t count = batch.count(i);
-    for (int64_t t = count - LogitRowsOf(*batch.items[i]); t < count; ++t) logit_rows[k++] = batch.first_row[i] + t;
-  }
+  const std::span<int64_t> logit_rows = batch.TrailingRows(LogitRowsOf, workspace);
+  const int64_t out_rows = static_cast<int64_t>(logit_rows.size());
   const Tensor selected_streams = workspace.Take<float>({out_rows, c.hc_mult, c.hidden_size});
   const Tensor selected_pre = workspace.Take<float>({out_rows, c.hc_mult});
   const Tensor collapsed = workspace.Take<float>({out_rows, c.hidden_size});
@@ -282,19 +275,13 @@ void Model::Commit(const Batch& batch, std::span<const std::span<int32_t>> recen
   }
 }
 
-void Model::Tap(int target, const Batch& batch, const Tensor& streams, const Tensor& taps,
+void Model::Tap(int target, std::span<const int64_t> rows, const Tensor& streams, const Tensor& taps,
                 const ComputeContext& ctx) const {
   const ModelConfig& c = config_;
   Backend& backend = ctx.backend;
   Workspace& workspace = backend.workspace();
   const Workspace::Scope scratch(workspace);
   const int64_t count = taps.rows();
-  std::span<int64_t> rows = workspace.TakeArray<int64_t>(count);
-  int64_t k = 0;
-  for (int i = 0; i < batch.item_count(); ++i) {
-    const int64_t n = batch.count(i);
-    for (int64_t t = n - TapRowsOf(*batch.items[i]); t < n; ++t) rows[k++] = batch.first_row[i] + t;
-  }
   // The copy mean is a collapse with weights 1/hc (exact: a power of two scales every sum).
   const Tensor selected = workspace.Take<float>({count, c.hc_mult, c.hidden_size});
   const Tensor mean_weights = workspace.Take<float>({count, c.hc_mult});

@@ -171,6 +171,11 @@ Model::InterleaveReport Model::InterleaveQuantizedMatrices(const std::function<b
   return report;
 }
 
+double ExpectedDistinctExperts(int experts, int top_k, int64_t tokens) {
+  const double e = experts;
+  return e * (1.0 - std::pow(1.0 - static_cast<double>(top_k) / e, static_cast<double>(tokens)));
+}
+
 Model::ReadBytes Model::read_bytes() const {
   const ModelConfig& c = config_;
   ReadBytes r;
@@ -190,8 +195,8 @@ Model::ReadBytes Model::read_bytes() const {
     // The Markov head runs once per block slot (each slot's bias follows the previous pick).
     r.draft = weights_.head.bytes() + d.main_proj.bytes() + c.dspark_block_size * d.markov_head.bytes() +
               d.confidence_proj.bytes();
-    const double e = c.dspark_n_routed_experts;
-    const double spread = e * (1.0 - std::pow(1.0 - c.dspark_n_activated_experts / e, c.dspark_block_size));
+    const double spread =
+        ExpectedDistinctExperts(c.dspark_n_routed_experts, c.dspark_n_activated_experts, c.dspark_block_size);
     for (const LayerWeights& stage : d.stages) {
       r.draft += stage.fixed_matrix_bytes + static_cast<uint64_t>(spread * expert_bytes(stage.ffn));
     }

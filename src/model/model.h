@@ -112,6 +112,10 @@ struct ForwardStats {
 // every compress ratio).
 inline constexpr int kDefaultBlockTokens = 16;
 
+// The distinct routed experts `tokens` tokens pick from `experts` at top_k each, in expectation,
+// when routing spreads uniformly: E (1 - (1 - top_k / E)^tokens). What a multi-token step reads.
+double ExpectedDistinctExperts(int experts, int top_k, int64_t tokens);
+
 struct ModelOptions {
   int64_t max_context = 0;  // 0: the config's max_position_embeddings
 };
@@ -212,9 +216,10 @@ class Model {
 
   void ApplyEngram(int layer, const Batch& batch, const Tensor& hash_ids, const Tensor& streams,
                    const ComputeContext& ctx) const;
-  // The rows of the items' tap_rows, target-layer `target`'s copy mean, into taps (column block
-  // `target` of each row).
-  void Tap(int target, const Batch& batch, const Tensor& streams, const Tensor& taps, const ComputeContext& ctx) const;
+  // Target layer `target`'s copy mean of the batch rows `rows`, into taps (column block `target`
+  // of each row).
+  void Tap(int target, std::span<const int64_t> rows, const Tensor& streams, const Tensor& taps,
+           const ComputeContext& ctx) const;
   void RunBlock(int layer, const Batch& batch, const Tensor& streams, const Tensor& pre_mix, SharedIndex& shared,
                 const ComputeContext& ctx, uint64_t* routed_bytes) const;
   // One block's two mHC sites (spec 3.4) around `attention` (normed input -> sublayer output)

@@ -27,6 +27,17 @@ struct Model::Batch {
   int64_t start(int item) const { return items[item]->state->length(); }
   int64_t count(int item) const { return static_cast<int64_t>(items[item]->tokens.size()); }
   std::span<const int64_t> positions_of(int item) const { return positions.subspan(first_row[item], count(item)); }
+  // Per item in order, the rows of its last rows_of(item) tokens (logit rows, tap rows).
+  std::span<int64_t> TrailingRows(int64_t (*rows_of)(const ForwardItem&), Workspace& workspace) const {
+    int64_t total = 0;
+    for (const ForwardItem* item : items) total += rows_of(*item);
+    std::span<int64_t> rows = workspace.TakeArray<int64_t>(total);
+    int64_t k = 0;
+    for (int i = 0; i < item_count(); ++i) {
+      for (int64_t t = count(i) - rows_of(*items[i]); t < count(i); ++t) rows[k++] = first_row[i] + t;
+    }
+    return rows;
+  }
 };
 
 // What index sources hand down the stack within one forward ("shared_attn" of the
