@@ -392,6 +392,8 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304
     ->Args({5, 2})
     ->Args({6, 1})
     ->Args({6, 2})
+    ->Args({7, 2})
+    ->Args({8, 2})
     ->Args({9, 2})
     ->Args({16, 1})
     ->Args({16, 2})
@@ -464,6 +466,9 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_scalar, MatrixFormat::kFP4Row3
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304, MatrixFormat::kFP4Row32, 5120, 2304, Path::kDefault, true)
     ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({6, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -478,6 +483,8 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280, MatrixFormat::kFP8Block32, 327
     ->Args({1, 1})
     ->Args({1, 2})
     ->Args({4, 2})
+    ->Args({6, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -487,6 +494,10 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120
     ->Args({2, 2})
     ->Args({3, 2})
     ->Args({4, 2})
+    ->Args({5, 2})
+    ->Args({6, 2})
+    ->Args({7, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -539,6 +550,9 @@ BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280,
     ->Args({1, 2})
     ->Args({2, 2})
     ->Args({4, 2})
+    ->Args({5, 2})
+    ->Args({6, 2})
+    ->Args({8, 2})
     ->Args({16, 1})
     ->Args({16, 2})
     ->Apply(Configure);

@@ -701,7 +701,7 @@ TEST(LinearSimd, DenseOnPairsWhereExactGivesTheCanonicalSequence) {
       for (int64_t i = 0; i < c.k; ++i) x[i] = i % 3 == 0 ? BF16ToFloat(static_cast<bf16_t>(0x0045 + i % 7)) : 0.0f;
     }
     if (c.format == MatrixFormat::kBF16 && c.twist != Twist::kUnscanned) w.w.bf16_exponents = ScanBf16Exponents(w.w);
-    for (int64_t m : {1, 2, 3, 4, 5, 9, 37}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 37}) {
       for (const bool round : {false, true}) {
         const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, /*dense=*/true, round);
         for (const Target& t : Targets()) {

@@ -3,10 +3,10 @@
 // linear_simd.h; every function here computes exactly that sequence.
 //
 // Two loop structures, chosen by M only (the results are the same bits either way):
-//   * M <= 4, "streaming" (GEMV): tiles of 16/8/4 weight rows x M activation rows; each weight group
+//   * M <= 8, "streaming" (GEMV): tiles of 16/8/4/3/2 weight rows x M activation rows; each weight group
 //     is decoded once, in registers, and used for all M rows. The weights are read once per call,
 //     with software prefetch ahead of every tile row.
-//   * M > 4, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
+//   * M > 8, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
 //     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs
 //     (M % 4 leftover rows: a 1-3 row tile, no padding work).
 // DenseLinear also takes FP8 weights (wo_a): they decode to exactly their bf16 dequantization.
@@ -392,7 +392,17 @@ struct FmaDecoder {
   }
 };
 
-// ---- streaming tiles (M <= 4) -------------------------------------------------------------------
+// ---- streaming tiles (M <= 8) -------------------------------------------------------------------
+
+// Up to this many activation rows the weights stream through register tiles once; more rows run
+// the panel GEMM. Eight covers the speculative verify (6 tokens) and the draft block (5): on the
+// panel path M = 5-8 read the weights at a third of M = 4's speed (linear_bench, Zen 4: FP4 expert
+// 2304x5120 M = 4 / 5 / 6 / 8 0.34 / 0.90 / 0.69 / 0.98 ms; BF16 head 55.6 / 92 / 90 / 101 ms).
+constexpr int64_t kAvx512StreamMaxM = 8;
+// BF16 GEMV tiles run on FMAs up to this M (a BF16 group needs no decode, and vdpbf16ps streamed
+// the head no faster at M = 1-2); beyond it 2 M FMAs per group make them core-bound, and they run
+// on vdpbf16ps where a call proves it exact.
+constexpr int64_t kBf16FmaMaxM = 4;
 
 // Each tile row prefetches its own stream this many bytes ahead (one prefetch per cache line).
 // The hardware prefetchers alone left the FP8 GEMV (vdpbf16ps, whose decode costs about as much
@@ -410,13 +420,13 @@ constexpr int64_t kStreamPrefetch = DI_PF;
 template <MatrixFormat F, int NR, int MR>
 void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t groups, float (*out)[kMaxTileN]) {
   __m512 acc[MR][NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512i xv[MR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_load_si512(x + r * xstride + g * 16);
     const uint8_t* p = t.row0 + g * GroupBytes(F);
     const uint8_t* sc = kQuantized<F> ? t.scales0 + g : nullptr;  // BF16 rows have no scales
@@ -430,7 +440,7 @@ void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t group
         sc += t.scales_stride;
         Opaque(sc);
       }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)xv[r], (__m512bh)w);
     }
   }
@@ -484,13 +494,13 @@ template <MatrixFormat F, int NR, int MR>
 void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_t xstride, int64_t groups,
              float (*out)[kMaxTileN]) {
   __m512 acc[MR][NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
     for (int n = 0; n < NR; ++n) acc[r][n] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     __m512 xe[MR], xo[MR];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       xe[r] = _mm512_load_ps(x + r * xstride + g * kGroup), xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
     }
@@ -507,7 +517,7 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
         sc += t.scales_stride;
         Opaque(sc);
       }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) acc[r][n] = _mm512_fmadd_ps(xe[r], we, _mm512_fmadd_ps(xo[r], wo, acc[r][n]));
     }
   }
@@ -522,7 +532,7 @@ constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
                                           : cols * 4;
 }
 
-// Weight rows [n_begin, n_end) for all m <= 4 activation rows, in "strided" tiles of kNR rows:
+// Weight rows [n_begin, n_end) for all m <= 8 activation rows, in "strided" tiles of kNR rows:
 // tile t takes row t of each of kNR equal slices of the range, so every tile row continues where
 // the previous tile's row ended - kNR long sequential streams, which the hardware prefetchers
 // follow (contiguous tiles of 2.5 KB FP4 rows ran ~25% slower). FP8 slices are multiples of 32
@@ -541,7 +551,20 @@ void StreamInterleaved(const Job& job, int64_t n_begin, int64_t n_end) {
   }
 }
 
-template <MatrixFormat F, int MR>
+// Weight rows per streaming tile for MR activation rows. Up to 4 rows, as many as keep 16 chains
+// of accumulators; beyond, the most for which MR x NR accumulators, the MR activation registers
+// (two each on FMAs) and the decode's constants and temporaries fit the 32 zmm registers without
+// a spill (register_residency.py): FP4 on vdpbf16ps needs 3 of them, FP8 about 8, BF16 one.
+template <MatrixFormat F, bool kDp>
+constexpr int StreamTileRows(int mr) {
+  if (mr <= 4) return mr == 1 ? 16 : mr == 2 ? 8 : 4;
+  if (!kDp) return mr <= 6 ? 2 : 1;
+  if (F == MatrixFormat::kFP8Block32) return mr == 5 ? 3 : 2;
+  if (F == MatrixFormat::kBF16) return mr <= 6 ? 4 : mr == 7 ? 3 : 2;
+  return mr == 5 ? 4 : mr <= 7 ? 3 : 2;
+}
+
+template <MatrixFormat F, int MR, bool kDp>
 void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   // The interleaved copy serves M = 1 only. At M = 2-4 its tiles would take 2-4 passes each (the
   // registers hold 8 or 4 rows of accumulators), and such a version ran no faster than the
@@ -549,14 +572,14 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   // M > 1 rows amortise the per-row overhead (linear_bench, Zen 4: FP4 expert M = 1 / 2 / 3 / 4
   // 251 / 378 / 397 / 435 us interleaved, 427 / 386 / 360 / 410 us in place; FP8 wo_b
   // 1.70 / 2.86 / 2.89 / 2.72 ms against 2.55 / 2.01 / 2.48 / 2.81 ms).
-  if constexpr (kQuantized<F> && MR == 1) {
-    if (job.xb != nullptr && job.w->interleaved) return StreamInterleaved<F>(job, n_begin, n_end);
+  if constexpr (kDp && MR == 1) {
+    if (job.w->interleaved) return StreamInterleaved<F>(job, n_begin, n_end);
   }
-  constexpr int kNR = MR == 1 ? 16 : MR == 2 ? 8 : 4;
+  constexpr int kNR = StreamTileRows<F, kDp>(MR);
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = RowBytes(F, w.cols);
-  const bool dp = job.xb != nullptr;
+  constexpr int kMidNR = kNR > 4 ? 4 : 1;  // the tail's tiles: kNR, kMidNR or 1 rows
   const FmaDecoder<F> dec{w.cols};
   float out[MR][kMaxTileN];
   // Tile of nr rows: first, first + stride_rows, ...
@@ -565,17 +588,19 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
     const int64_t scale_stride = kFp8 ? stride_rows / kQuantBlock * w.scale_cols() : stride_rows * w.scale_cols();
     const TileRows t{w.data + first * row_bytes, stride_rows * row_bytes,
                      kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
-    if constexpr (kPairs<F>) {
-      if (dp) {
-        nr == kNR ? TileDp<F, kNR, MR>(t, job.xb, groups * 16, groups, out)
-        : nr == 4 ? TileDp<F, 4, MR>(t, job.xb, groups * 16, groups, out)
-                  : TileDp<F, 1, MR>(t, job.xb, groups * 16, groups, out);
+    auto tile = [&]<int NR>() {
+      if constexpr (kDp) {
+        TileDp<F, NR, MR>(t, job.xb, groups * 16, groups, out);
+      } else {
+        TileFma<F, NR, MR>(t, dec, job.xs, xstride, groups, out);
       }
-    }
-    if (!dp) {
-      nr == kNR ? TileFma<F, kNR, MR>(t, dec, job.xs, xstride, groups, out)
-      : nr == 4 ? TileFma<F, 4, MR>(t, dec, job.xs, xstride, groups, out)
-                : TileFma<F, 1, MR>(t, dec, job.xs, xstride, groups, out);
+    };
+    if (nr == kNR) {
+      tile.template operator()<kNR>();
+    } else if constexpr (kMidNR > 1) {
+      nr == kMidNR ? tile.template operator()<kMidNR>() : tile.template operator()<1>();
+    } else {
+      tile.template operator()<1>();
     }
     for (int r = 0; r < MR; ++r) {
       for (int i = 0; i < nr; ++i) job.y[r * w.rows + first + i * stride_rows] = Finish(out[r][i], job.round_to_bf16);
@@ -589,13 +614,13 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   // row at a time would leave the accumulator chain latency-bound).
   for (int64_t n = n_begin + kNR * slice; n < n_end;) {
     const int64_t stop = kFp8 ? std::min(n_end, (n / kQuantBlock + 1) * kQuantBlock) : n_end;
-    const int nr = stop - n >= kNR ? kNR : stop - n >= 4 ? 4 : 1;
+    const int nr = stop - n >= kNR ? kNR : stop - n >= kMidNR ? kMidNR : 1;
     run_tile(n, 1, nr);
     n += nr;
   }
 }
 
-// ---- panel GEMM (M > 4) --------------------------------------------------------------------
+// ---- panel GEMM (M > 8) --------------------------------------------------------------------
 
 using linear_simd::kPanelM;
 using linear_simd::kPanelN;
@@ -622,7 +647,7 @@ struct Scratch {
   static constexpr int64_t kPanelFloats = kChunkGroups<false> * kPanelN * kGroup;
   static_assert(kChunkGroups<true> * kPanelN * 16 <= kPanelFloats);
   static size_t Bytes(int64_t groups, int64_t m) {
-    if (m <= linear_simd::kStreamMaxM) return 0;
+    if (m <= kAvx512StreamMaxM) return 0;
     const int64_t m_block = std::max(MBlock<true>(groups), MBlock<false>(groups));
     return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(m_block / kPanelM * 16);
   }
@@ -729,7 +754,7 @@ struct RowGroups {
   int64_t scale_step = 1;
 };
 
-// Weight rows [n_begin, n_end), m > 4. Per block of activation rows (their canonical rows stay in
+// Weight rows [n_begin, n_end), m > kAvx512StreamMaxM. Per block of activation rows (their canonical rows stay in
 // L2, ~1 MiB) and per 4-row panel, K chunk by K chunk: decode the chunk of the 4 weight rows to fp32
 // [group][row][even | odd] (16 KiB, stays in L1) - or, with kDp, to bf16 pairs [group][row][16]
 // (8 KiB) - then let every 4-row activation tile of the block run 4x4 register tiles of FMAs
@@ -826,15 +851,30 @@ auto ByFormat(MatrixFormat f, Args&&... args) {
 template <MatrixFormat F>
 struct StreamFn {
   static void Call(const Job& job, int64_t b, int64_t e) {
+    if constexpr (kPairs<F>) {
+      if (job.xb != nullptr) return ByRows<true>(job, b, e);
+    }
+    ByRows<false>(job, b, e);
+  }
+  template <bool kDp>
+  static void ByRows(const Job& job, int64_t b, int64_t e) {
     switch (job.m) {
       case 1:
-        return StreamRowsT<F, 1>(job, b, e);
+        return StreamRowsT<F, 1, kDp>(job, b, e);
       case 2:
-        return StreamRowsT<F, 2>(job, b, e);
+        return StreamRowsT<F, 2, kDp>(job, b, e);
       case 3:
-        return StreamRowsT<F, 3>(job, b, e);
+        return StreamRowsT<F, 3, kDp>(job, b, e);
+      case 4:
+        return StreamRowsT<F, 4, kDp>(job, b, e);
+      case 5:
+        return StreamRowsT<F, 5, kDp>(job, b, e);
+      case 6:
+        return StreamRowsT<F, 6, kDp>(job, b, e);
+      case 7:
+        return StreamRowsT<F, 7, kDp>(job, b, e);
       default:
-        return StreamRowsT<F, 4>(job, b, e);
+        return StreamRowsT<F, 8, kDp>(job, b, e);
     }
   }
 };
@@ -866,7 +906,7 @@ struct PrepDenseFn {
 };
 
 struct Avx512 {
-  static constexpr int64_t kStreamMaxM = linear_simd::kStreamMaxM;
+  static constexpr int64_t kStreamMaxM = kAvx512StreamMaxM;
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t* xb) {
     return ByFormat<PrepQuantFn>(f, x, k, xs, xb);
   }
@@ -900,7 +940,7 @@ struct Avx512 {
   // (50-52 ms on FMAs, 58-71 ms on vdpbf16ps), so BF16 streaming tiles stay on FMAs.
   static bool DenseUsesPairs(MatrixFormat f, int64_t m, Bf16Dot dot) {
     if (dot != Bf16Dot::kQuantized) return false;
-    return f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kBF16 && m > kStreamMaxM);
+    return f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kBF16 && m > kBf16FmaMaxM);
   }
   static linear_simd::DenseRow PrepareDensePairsRow(const float* x, int64_t k, uint32_t* xb) {
     return PrepareDensePairs(x, k, xb);

@@ -77,7 +77,6 @@ void DenseLinearAvx2(const WeightMatrix& w, const float* x, int64_t m, float* y,
 namespace linear_simd {
 
 inline constexpr int64_t kGroup = 32;      // K elements per canonical group (16 pairs)
-inline constexpr int64_t kStreamMaxM = 4;  // default Isa::kStreamMaxM: up to this many rows, GEMV tiles
 inline constexpr int64_t kPanelN = 4;      // GEMM: weight rows per decoded panel
 inline constexpr int64_t kPanelM = 4;      // GEMM: activation rows per register tile
 inline constexpr int64_t kMaxK = 1 << 20;  // FoldIsExact's overflow bound assumes K <= 2^20
@@ -321,7 +320,8 @@ class Driver {
   // bytes once per streaming tile's worth of activation rows.
   static size_t MinRowsPerPart(const WeightMatrix& w, int64_t m) {
     const uint64_t row_bytes = w.bytes() / static_cast<uint64_t>(w.rows);
-    return ThreadPool::MinItemsPerPart(static_cast<size_t>(row_bytes * ((m + kStreamMaxM - 1) / kStreamMaxM)));
+    return ThreadPool::MinItemsPerPart(
+        static_cast<size_t>(row_bytes * ((m + Isa::kStreamMaxM - 1) / Isa::kStreamMaxM)));
   }
 
   // Whether every e4m3 code times its block scale is a normal bf16 (or zero / NaN for the NaN
