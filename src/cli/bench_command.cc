@@ -187,7 +187,7 @@ struct SpeculativeResult {
   double verify_seconds = 0;  // per verify forward
   double plain_bytes = 0;     // ForwardStats::weight_bytes per plain step ...
   double verify_bytes = 0;    // ... and per verify step
-  double draft_bytes = 0;     // Model::read_bytes().draft
+  double draft_bytes = 0;     // DraftResult::weight_bytes per draft
   double head_bytes = 0;
 
   double plain_tokens_per_s() const { return 1.0 / plain_seconds; }
@@ -228,9 +228,7 @@ SpeculativeResult RunSpeculativeDecode(const Model& model, const ComputeContext&
   };
   SpeculativeResult r;
   r.length = length;
-  const Model::ReadBytes read = model.read_bytes();
-  r.draft_bytes = static_cast<double>(read.draft);
-  r.head_bytes = static_cast<double>(read.head);
+  r.head_bytes = static_cast<double>(model.read_bytes().head);
   double kept_drafts_owed = 0;
   DraftResult drafted;
   std::vector<int32_t> verify;
@@ -262,6 +260,7 @@ SpeculativeResult RunSpeculativeDecode(const Model& model, const ComputeContext&
       r.draft_seconds += Seconds(start, drafted_at);
       r.verify_seconds += Seconds(drafted_at, Clock::now());
       r.verify_bytes += static_cast<double>(verify_stats.weight_bytes);
+      r.draft_bytes += static_cast<double>(drafted.weight_bytes);
     }
     int kept_drafts = 0;
     if (forced > 0) {
@@ -289,6 +288,7 @@ SpeculativeResult RunSpeculativeDecode(const Model& model, const ComputeContext&
   r.verify_seconds /= n;
   r.plain_bytes /= n;
   r.verify_bytes /= n;
+  r.draft_bytes /= n;
   return r;
 }
 

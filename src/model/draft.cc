@@ -152,6 +152,7 @@ void Model::Draft(std::span<const DraftItem> items, const ComputeContext& ctx, D
       out.logits.clear();
       out.tokens.clear();
       out.confidence.clear();
+      out.weight_bytes = SeedBytes(seed_rows);
       if (batch.rows() == 0) return;
       const Tensor streams = workspace.Take<float>({batch.rows(), c.hc_mult, c.hidden_size});
       ctx.backend.Embed(weights_.embed, batch.block_tokens, c.hc_mult, streams);
@@ -165,11 +166,34 @@ void Model::Draft(std::span<const DraftItem> items, const ComputeContext& ctx, D
             ctx, &routed_bytes);
       }
       DraftHead(batch, streams, pre_mix, ctx, choose, out);
+      out.weight_bytes += BlockBytes(batch.rows(), drafting) + routed_bytes;
     });
   } catch (const MappedFileFault& fault) {
     throw MappedFileError(fault, checkpoint_);
   }
   workspace.Reset();
+}
+
+// The weight bytes SeedDraft reads for `rows` tap rows, and what a block of `rows` rows of
+// `drafting` items reads besides the routed experts (Draft counts those as the stages pick them).
+uint64_t Model::SeedBytes(int64_t rows) const {
+  if (rows == 0) return 0;
+  const DraftWeights& d = *weights_.draft;
+  uint64_t bytes = d.main_proj.bytes();
+  for (const LayerWeights& stage : d.stages) bytes += stage.attn.wkv.bytes();
+  return bytes;
+}
+
+uint64_t Model::BlockBytes(int64_t rows, int drafting) const {
+  const ModelConfig& c = config_;
+  const DraftWeights& d = *weights_.draft;
+  uint64_t bytes = static_cast<uint64_t>(rows) * c.hidden_size * 2;  // embedding rows (bf16)
+  for (const LayerWeights& stage : d.stages) bytes += stage.fixed_matrix_bytes;
+  bytes += weights_.head.bytes() + d.confidence_proj.bytes();
+  // Each slot reads the whole Markov head and one embedding row per drafting item.
+  const uint64_t markov_row = d.markov_embed.bytes() / static_cast<uint64_t>(d.markov_embed.rows);
+  bytes += static_cast<uint64_t>(c.dspark_block_size) * (d.markov_head.bytes() + drafting * markov_row);
+  return bytes;
 }
 
 // main_x = main_norm(main_proj(taps)), shared by every stage; each stage's main_kv of it goes to

@@ -97,6 +97,10 @@ struct DraftResult {
   std::vector<float> logits;      // [drafting items * block, vocab] fp32, Markov bias included
   std::vector<int32_t> tokens;    // [drafting items * block]: the proposals, slot by slot
   std::vector<float> confidence;  // [drafting items * block]: the confidence head's raw logits
+  // Every weight byte the call touched, as ForwardStats counts a forward: the seeding's main_proj
+  // and stage wkv, then for the block the embedding rows, each stage's matrices and the routed
+  // experts its tokens picked, the head, the Markov head once per slot, the confidence head.
+  uint64_t weight_bytes = 0;
 };
 
 // Picks the token of block slot `slot` of drafting item `item` from its logits (greedy: the
@@ -251,6 +255,8 @@ class Model {
   // The draft's phases (draft.cc).
   struct DraftBatch;
   void SeedDraft(const DraftBatch& batch, const ComputeContext& ctx) const;
+  uint64_t SeedBytes(int64_t rows) const;
+  uint64_t BlockBytes(int64_t rows, int drafting) const;
   void DraftAttention(int stage, const DraftBatch& batch, const Tensor& x, const Tensor& out,
                       const ComputeContext& ctx) const;
   void DraftHead(const DraftBatch& batch, const Tensor& streams, const Tensor& pre_mix, const ComputeContext& ctx,

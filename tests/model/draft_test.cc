@@ -249,6 +249,39 @@ TEST_F(DraftTest, DecodeStepTapsSeedInChunksAndBatchGiveTheSameBits) {
   EXPECT_TRUE(b.VisibleBytes() == b2.VisibleBytes());
 }
 
+// The bytes a draft reports: seeding alone reads only main_proj and the stages' wkv; a block adds
+// the head, the Markov head per slot and the stages, near the policy's estimate; two items drafted
+// together share every weight but the experts their tokens pick.
+TEST_F(DraftTest, CountsTheWeightBytesItReads) {
+  const DraftGolden& g = *golden_;
+  CpuBackend backend(*pool_, DetectIsa());
+  const ComputeContext ctx{backend};
+  const std::vector<float> taps = PrefillTaps(ctx);
+  const int64_t width = model_->draft_tap_width();
+  const Model::ReadBytes read = model_->read_bytes();
+  auto argmax = [](int, int, std::span<const float> row) {
+    return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  const int64_t p = g.seed_len;
+  DraftState a = model_->NewDraftState(), b = model_->NewDraftState();
+  DraftResult seeded, alone, both;
+  DraftItem seed_a{&a, std::span<const float>(taps).first(p * width), false};
+  model_->Draft({&seed_a, 1}, ctx, argmax, seeded);
+  DraftItem seed_b{&b, std::span<const float>(taps).first(p * width), false};
+  model_->Draft({&seed_b, 1}, ctx, argmax, seeded);
+  EXPECT_GT(seeded.weight_bytes, 0u);
+  EXPECT_LT(seeded.weight_bytes, read.head);
+  DraftState a2 = a;
+  DraftItem item{&a, std::span<const float>(taps).subspan(p * width, width), true, g.tokens[p + 1]};
+  model_->Draft({&item, 1}, ctx, argmax, alone);
+  EXPECT_GT(alone.weight_bytes, read.head + seeded.weight_bytes);
+  EXPECT_NEAR(static_cast<double>(alone.weight_bytes), static_cast<double>(read.draft), 0.25 * read.draft);
+  const DraftItem pair[] = {{&a2, item.taps, true, item.next_token}, {&b, item.taps, true, g.tokens[p + 1]}};
+  model_->Draft(pair, ctx, argmax, both);
+  EXPECT_GT(both.weight_bytes, alone.weight_bytes);
+  EXPECT_LT(both.weight_bytes, 2 * alone.weight_bytes - read.head);
+}
+
 TEST_F(DraftTest, BadInputIsASpecificErrorAndChangesNothing) {
   CpuBackend backend(*pool_, DetectIsa());
   const ComputeContext ctx{backend};
