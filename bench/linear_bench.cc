@@ -396,6 +396,7 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304
     ->Args({8, 2})
     ->Args({9, 2})
     ->Args({16, 1})
+    ->Args({12, 2})
     ->Args({16, 2})
     ->Args({512, 1})
     ->Args({512, 2})
@@ -498,6 +499,7 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120
     ->Args({6, 2})
     ->Args({7, 2})
     ->Args({8, 2})
+    ->Args({12, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -554,6 +556,7 @@ BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280,
     ->Args({6, 2})
     ->Args({8, 2})
     ->Args({16, 1})
+    ->Args({12, 2})
     ->Args({16, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)

@@ -609,7 +609,7 @@ void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
 }
 
 struct Avx2 {
-  static constexpr int64_t kStreamMaxM = kAvx2StreamMaxM;
+  static constexpr int64_t StreamMaxM(MatrixFormat) { return kAvx2StreamMaxM; }
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t*) {
     return PrepareQuantized(f, x, k, xs);
   }
@@ -625,7 +625,7 @@ struct Avx2 {
     for (; i < count; ++i) mn = std::min<int>(mn, s[i]), mx = std::max<int>(mx, s[i]);
     return {mn - 127, mx - 127};
   }
-  static size_t ScratchBytes(int64_t groups, int64_t) { return Scratch::Bytes(groups); }
+  static size_t ScratchBytes(MatrixFormat, int64_t groups, int64_t) { return Scratch::Bytes(groups); }
   static bool UsesPairs(MatrixFormat, int64_t, Bf16Dot) { return false; }  // no vdpbf16ps
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     Scratch s(scratch, job.groups);

@@ -3,10 +3,11 @@
 // linear_simd.h; every function here computes exactly that sequence.
 //
 // Two loop structures, chosen by M only (the results are the same bits either way):
-//   * M <= 8, "streaming" (GEMV): tiles of 16/8/4/3/2 weight rows x M activation rows; each weight group
-//     is decoded once, in registers, and used for all M rows. The weights are read once per call,
+//   * M <= 16 (FP8: 8), "streaming" (GEMV): tiles of 16/8/4/3/2 weight rows x up to 8 activation rows; each
+//     weight group is decoded once, in registers, and used for all the tile's rows (M > 8: two
+//     passes over L2-sized blocks of weight rows). The weights are read from DRAM once per call,
 //     with software prefetch ahead of every tile row.
-//   * M > 8, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
+//   * larger M, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
 //     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs
 //     (M % 4 leftover rows: a 1-3 row tile, no padding work).
 // DenseLinear also takes FP8 weights (wo_a): they decode to exactly their bf16 dequantization.
@@ -394,11 +395,19 @@ struct FmaDecoder {
 
 // ---- streaming tiles (M <= 8) -------------------------------------------------------------------
 
-// Up to this many activation rows the weights stream through register tiles once; more rows run
-// the panel GEMM. Eight covers the speculative verify (6 tokens) and the draft block (5): on the
+// Register tiles take up to kTileMaxM activation rows, so a call of up to that many streams the
+// weights once. That covers the speculative verify (6 tokens) and the draft block (5): on the
 // panel path M = 5-8 read the weights at a third of M = 4's speed (linear_bench, Zen 4: FP4 expert
 // 2304x5120 M = 4 / 5 / 6 / 8 0.34 / 0.90 / 0.69 / 0.98 ms; BF16 head 55.6 / 92 / 90 / 101 ms).
-constexpr int64_t kAvx512StreamMaxM = 8;
+// Up to StreamMaxRows (batched decode) the rows run in passes of at most kTileMaxM over blocks of
+// weight rows small enough to stay in L2 (kPassBlockBytes), so the weights still come from DRAM
+// once; more rows run the panel GEMM. FP8 stops at one pass: its decode costs as much as 3-4
+// vdpbf16ps, and a second pass decoding it again ran slower than the panels, which decode once
+// (wo_b 5120x8192 M = 16: 6.4 ms in two passes, 5.2 ms on panels; FP4 expert 2304x5120 M = 16:
+// 1.14 ms against 1.49 ms, BF16 head M = 12: 66 ms).
+constexpr int64_t kTileMaxM = 8;
+constexpr int64_t kPassBlockBytes = 256 << 10;
+constexpr int64_t StreamMaxRows(MatrixFormat f) { return f == MatrixFormat::kFP8Block32 ? kTileMaxM : 16; }
 // BF16 GEMV tiles run on FMAs up to this M (a BF16 group needs no decode, and vdpbf16ps streamed
 // the head no faster at M = 1-2); beyond it 2 M FMAs per group make them core-bound, and they run
 // on vdpbf16ps where a call proves it exact.
@@ -532,7 +541,7 @@ constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
                                           : cols * 4;
 }
 
-// Weight rows [n_begin, n_end) for all m <= 8 activation rows, in "strided" tiles of kNR rows:
+// Weight rows [n_begin, n_end) for m <= kTileMaxM activation rows, in "strided" tiles of kNR rows:
 // tile t takes row t of each of kNR equal slices of the range, so every tile row continues where
 // the previous tile's row ended - kNR long sequential streams, which the hardware prefetchers
 // follow (contiguous tiles of 2.5 KB FP4 rows ran ~25% slower). FP8 slices are multiples of 32
@@ -620,7 +629,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// ---- panel GEMM (M > 8) --------------------------------------------------------------------
+// ---- panel GEMM (M > StreamMaxRows) -------------------------------------------------------------------
 
 using linear_simd::kPanelM;
 using linear_simd::kPanelN;
@@ -646,8 +655,8 @@ int64_t MBlock(int64_t groups) {
 struct Scratch {
   static constexpr int64_t kPanelFloats = kChunkGroups<false> * kPanelN * kGroup;
   static_assert(kChunkGroups<true> * kPanelN * 16 <= kPanelFloats);
-  static size_t Bytes(int64_t groups, int64_t m) {
-    if (m <= kAvx512StreamMaxM) return 0;
+  static size_t Bytes(MatrixFormat f, int64_t groups, int64_t m) {
+    if (m <= StreamMaxRows(f)) return 0;
     const int64_t m_block = std::max(MBlock<true>(groups), MBlock<false>(groups));
     return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(m_block / kPanelM * 16);
   }
@@ -754,7 +763,7 @@ struct RowGroups {
   int64_t scale_step = 1;
 };
 
-// Weight rows [n_begin, n_end), m > kAvx512StreamMaxM. Per block of activation rows (their canonical rows stay in
+// Weight rows [n_begin, n_end), m > StreamMaxRows. Per block of activation rows (their canonical rows stay in
 // L2, ~1 MiB) and per 4-row panel, K chunk by K chunk: decode the chunk of the 4 weight rows to fp32
 // [group][row][even | odd] (16 KiB, stays in L1) - or, with kDp, to bf16 pairs [group][row][16]
 // (8 KiB) - then let every 4-row activation tile of the block run 4x4 register tiles of FMAs
@@ -852,9 +861,34 @@ template <MatrixFormat F>
 struct StreamFn {
   static void Call(const Job& job, int64_t b, int64_t e) {
     if constexpr (kPairs<F>) {
-      if (job.xb != nullptr) return ByRows<true>(job, b, e);
+      if (job.xb != nullptr) return InPasses<true>(job, b, e);
     }
-    ByRows<false>(job, b, e);
+    InPasses<false>(job, b, e);
+  }
+  // More than kTileMaxM rows: ceil(m / kTileMaxM) passes of near-equal row counts over each block
+  // of weight rows (a multiple of 32 rows, so that FP8 blocks and interleaved tiles stay whole).
+  template <bool kDp>
+  static void InPasses(const Job& job, int64_t b, int64_t e) {
+    if (job.m <= kTileMaxM) return ByRows<kDp>(job, b, e);
+    const WeightMatrix& w = *job.w;
+    const int64_t row_bytes = RowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
+    const int64_t block = std::max<int64_t>(kQuantBlock, kPassBlockBytes / row_bytes / kQuantBlock * kQuantBlock);
+    const int64_t passes = (job.m + kTileMaxM - 1) / kTileMaxM;
+    for (int64_t n = b; n < e; n += block) {
+      for (int64_t p = 0, r0 = 0; p < passes; ++p) {
+        const int64_t rows = (job.m - r0) / (passes - p);
+        Job part = job;
+        part.m = rows;
+        if (kDp) {
+          part.xb = job.xb + r0 * job.groups * (kGroup / 2);
+        } else {
+          part.xs = job.xs + r0 * job.groups * kGroup;
+        }
+        part.y = job.y + r0 * w.rows;
+        ByRows<kDp>(part, n, std::min(e, n + block));
+        r0 += rows;
+      }
+    }
   }
   template <bool kDp>
   static void ByRows(const Job& job, int64_t b, int64_t e) {
@@ -906,7 +940,7 @@ struct PrepDenseFn {
 };
 
 struct Avx512 {
-  static constexpr int64_t kStreamMaxM = kAvx512StreamMaxM;
+  static constexpr int64_t StreamMaxM(MatrixFormat f) { return StreamMaxRows(f); }
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t* xb) {
     return ByFormat<PrepQuantFn>(f, x, k, xs, xb);
   }
@@ -931,7 +965,7 @@ struct Avx512 {
     const int mn = _mm_cvtsi128_si32(l) & 0xff, mx = _mm_cvtsi128_si32(h) & 0xff;
     return {mn - 127, mx - 127};
   }
-  static size_t ScratchBytes(int64_t groups, int64_t m) { return Scratch::Bytes(groups, m); }
+  static size_t ScratchBytes(MatrixFormat f, int64_t groups, int64_t m) { return Scratch::Bytes(f, groups, m); }
   // On the Zen 4 plan (vdpbf16ps at twice the FMA rate) dense FP8 weights, and BF16 ones in the GEMM,
   // run on it too wherever a call proves it exact; the Xeon plan keeps them on FMAs (not measured
   // there). Measured on Zen 4 (linear_bench, 2 threads): BF16 8192x5120 at M = 512 352 -> 166 ms,
@@ -948,7 +982,7 @@ struct Avx512 {
   static bool UsesPairs(MatrixFormat f, int64_t m, Bf16Dot dot) {
     switch (f) {
       case MatrixFormat::kFP8Block32:
-        return dot == Bf16Dot::kQuantized || (dot == Bf16Dot::kFp8Gemv && m <= kStreamMaxM);
+        return dot == Bf16Dot::kQuantized || (dot == Bf16Dot::kFp8Gemv && m <= StreamMaxRows(f));
       case MatrixFormat::kFP4Row32:
         return dot == Bf16Dot::kQuantized;
       default:

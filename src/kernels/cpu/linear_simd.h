@@ -172,9 +172,9 @@ struct DenseRow {
 //   optional, for dense vdpbf16ps:
 //   bool DenseUsesPairs(format, m, dot)            whether to try it (K % 32 == 0 is checked here)
 //   DenseRow PrepareDensePairsRow(x, k, xb_row)    bf16 pairs of one row, and what it found
-//   size_t ScratchBytes(groups, m)
-//   int64_t kStreamMaxM                            rows up to which StreamRows runs
-//   void StreamRows(job, n_begin, n_end, scratch)   m <= Isa::kStreamMaxM: weights streamed
+//   size_t ScratchBytes(format, groups, m)
+//   int64_t StreamMaxM(format)                     rows up to which StreamRows runs
+//   void StreamRows(job, n_begin, n_end, scratch)   m <= Isa::StreamMaxM(format): weights streamed
 //   void PanelRows(job, n_begin, n_end, scratch)    GEMM: decoded panels reused over M
 template <class Isa>
 class Driver {
@@ -184,8 +184,8 @@ class Driver {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
     const bool pairs = Isa::UsesPairs(w.format, m, dot);
-    Array<float> xs = Activations<float>(pairs ? 0 : m, groups * kGroup, scratch, kActivationsSlot);
-    Array<uint32_t> xb = Activations<uint32_t>(pairs ? m : 0, groups * (kGroup / 2), scratch, kPairsSlot);
+    Array<float> xs = Activations<float>(w.format, pairs ? 0 : m, groups * kGroup, scratch, kActivationsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(w.format, pairs ? m : 0, groups * (kGroup / 2), scratch, kPairsSlot);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       act[r] =
@@ -220,7 +220,7 @@ class Driver {
       if (DensePairs(w, fp8_scales, x, m, y, round_to_bf16, pool, dot, scratch)) return;
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup;
-    Array<float> xs = Activations<float>(m, groups * kGroup, scratch, kActivationsSlot);
+    Array<float> xs = Activations<float>(w.format, m, groups * kGroup, scratch, kActivationsSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
     });
@@ -280,7 +280,7 @@ class Driver {
       weights = Fp8Operand(fp8_scales);
     }
     const int64_t groups = w.cols / kGroup;
-    Array<uint32_t> xb = Activations<uint32_t>(m, groups * (kGroup / 2), scratch, kPairsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(w.format, m, groups * (kGroup / 2), scratch, kPairsSlot);
     Array<DenseRow> rows(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       rows[r] = Isa::PrepareDensePairsRow(x + r * w.cols, w.cols, xb.data() + r * groups * (kGroup / 2));
@@ -308,7 +308,7 @@ class Driver {
         units, (MinRowsPerPart(w, job.m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
           begin *= unit;
           end = std::min(end * unit, static_cast<size_t>(w.rows));
-          Array<unsigned char> tile(Isa::ScratchBytes(job.groups, job.m), scratch, thread, kTileSlot);
+          Array<unsigned char> tile(Isa::ScratchBytes(w.format, job.groups, job.m), scratch, thread, kTileSlot);
           Run(job, begin, end, tile.data());
           after(begin, end);
         });
@@ -321,7 +321,7 @@ class Driver {
   static size_t MinRowsPerPart(const WeightMatrix& w, int64_t m) {
     const uint64_t row_bytes = w.bytes() / static_cast<uint64_t>(w.rows);
     return ThreadPool::MinItemsPerPart(
-        static_cast<size_t>(row_bytes * ((m + Isa::kStreamMaxM - 1) / Isa::kStreamMaxM)));
+        static_cast<size_t>(row_bytes * ((m + Isa::StreamMaxM(w.format) - 1) / Isa::StreamMaxM(w.format))));
   }
 
   // Whether every e4m3 code times its block scale is a normal bf16 (or zero / NaN for the NaN
@@ -332,15 +332,15 @@ class Driver {
   // Canonical activation rows (fp32 or bf16 pairs) of `row_size` elements; for the GEMM path m is
   // rounded up to its tile with zero rows. m = 0: none.
   template <class T>
-  static Array<T> Activations(int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
-    const int64_t rows = m > Isa::kStreamMaxM ? RoundUp(m, kPanelM) : m;
+  static Array<T> Activations(MatrixFormat format, int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
+    const int64_t rows = m > Isa::StreamMaxM(format) ? RoundUp(m, kPanelM) : m;
     Array<T> rows_array(rows * row_size, scratch, 0, slot);
     if (rows > m) std::memset(rows_array.data() + m * row_size, 0, sizeof(T) * (rows - m) * row_size);
     return rows_array;
   }
 
   static void Run(const Job& job, size_t begin, size_t end, unsigned char* scratch) {
-    if (job.m <= Isa::kStreamMaxM) {
+    if (job.m <= Isa::StreamMaxM(job.w->format)) {
       Isa::StreamRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
     } else {
       Isa::PanelRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
