@@ -140,6 +140,12 @@ struct DecodeResult {
   int64_t batch = 0;
   double step_seconds = 0.0;    // mean over the timed steps
   double bytes_per_step = 0.0;  // mean ForwardStats::weight_bytes over the timed steps
+  double flops_per_step = 0.0;  // mean CountForwardFlops over the timed steps, all sequences
+  // The step's roofline: the longer of reading its bytes at `bytes_per_s` and doing its FLOPs at
+  // `flops_per_s`.
+  double roofline_seconds(double bytes_per_s, double flops_per_s) const {
+    return std::max(bytes_per_step / bytes_per_s, flops_per_step / flops_per_s);
+  }
 };
 
 // B sequences with short distinct prompts, prefilled together; then `warmup` untimed and
@@ -158,7 +164,7 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
   std::vector<int32_t> next(batch);
   DecodeResult result;
   result.batch = batch;
-  double total_seconds = 0.0, total_bytes = 0.0;
+  double total_seconds = 0.0, total_bytes = 0.0, total_flops = 0.0;
   for (int64_t step = 0; step < warmup + steps; ++step) {
     for (int64_t b = 0; b < batch; ++b) {
       next[b] = Argmax(logits.data() + b * vocab, vocab);
@@ -171,10 +177,14 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
     if (step >= warmup) {
       total_seconds += Seconds(start, end);
       total_bytes += static_cast<double>(stats.weight_bytes);
+      for (int64_t b = 0; b < batch; ++b) {
+        total_flops += static_cast<double>(CountForwardFlops(model.config(), states[b].length() - 1, 1).total());
+      }
     }
   }
   result.step_seconds = total_seconds / static_cast<double>(steps);
   result.bytes_per_step = total_bytes / static_cast<double>(steps);
+  result.flops_per_step = total_flops / static_cast<double>(steps);
   return result;
 }
 
@@ -427,13 +437,16 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   std::printf("\ndecode (%lld timed steps after %lld warm-up, %lld-token prompts)\n",
               static_cast<long long>(o.decode_tokens), static_cast<long long>(o.warmup),
               static_cast<long long>(kDecodePromptTokens));
-  std::printf("  %5s %10s %11s %14s %9s %9s %10s\n", "batch", "TPOT ms", "tokens/s", "bytes/step", "GB/s", "% of BW",
-              "% of GEMV");
+  std::printf("  %5s %10s %11s %14s %9s %9s %10s %12s %10s\n", "batch", "TPOT ms", "tokens/s", "bytes/step", "GB/s",
+              "% of BW", "% of GEMV", "roofline ms", "x roofline");
   for (const DecodeResult& d : decode) {
-    std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%% %9.2f%%\n", static_cast<long long>(d.batch),
+    const double roofline_s = d.roofline_seconds(bandwidth.median, peak_flops);
+    std::printf("  %5lld %10.3f %11.2f %14.0f %9.3f %8.2f%% %9.2f%% %12.3f %10.2f\n", static_cast<long long>(d.batch),
                 d.step_seconds * 1e3, static_cast<double>(d.batch) / d.step_seconds, d.bytes_per_step, gb_s(d),
-                100.0 * gb_s(d) / read_gb_s, best_gemv_gb_s > 0 ? 100.0 * gb_s(d) / best_gemv_gb_s : 0.0);
+                100.0 * gb_s(d) / read_gb_s, best_gemv_gb_s > 0 ? 100.0 * gb_s(d) / best_gemv_gb_s : 0.0,
+                roofline_s * 1e3, d.step_seconds / roofline_s);
   }
+  std::printf("  (roofline: the longer of the step's bytes at the median bandwidth and its FLOPs at the peak)\n");
 
   constexpr int kReleasedLayers = 40;
   if (speculative) {
@@ -463,7 +476,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                            {"tokens_per_s", static_cast<double>(d.batch) / d.step_seconds},
                            {"bytes_per_step", d.bytes_per_step},
                            {"gb_s", gb_s(d)},
-                           {"bandwidth_fraction", gb_s(d) / read_gb_s}});
+                           {"bandwidth_fraction", gb_s(d) / read_gb_s},
+                           {"flops_per_step", d.flops_per_step},
+                           {"roofline_ms", d.roofline_seconds(bandwidth.median, peak_flops) * 1e3},
+                           {"roofline_ratio", d.step_seconds / d.roofline_seconds(bandwidth.median, peak_flops)}});
     }
     nlohmann::json j = {
         {"model", model_dir},
