@@ -24,6 +24,7 @@ REQUIRED = {
     "AVX-512 vdpbf16ps GEMV tiles": re.compile(r"^TileDp(Interleaved)?<"),
     "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4Row32,"),
     "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
+    "AVX-512 vdpbf16ps GEMM micro-kernels": re.compile(r"^(MicroDpMx4<|Micro<unsigned int>)"),
     "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
     "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads|WeightedSumColumns)<"),
 }
@@ -46,7 +47,7 @@ MEMBER = re.compile(r"^(\S+?)(\.cc)?\.o:\s+file format")
 INSTRUCTION = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
 JUMP = re.compile(r"^j[a-z]+$")
 STACK_VECTOR = re.compile(r"%[xyz]mm\d+.*\((%rsp|%rbp)|\((%rsp|%rbp)[^)]*\).*%[xyz]mm\d+")
-STACK_SLOT = re.compile(r"(-?0x[0-9a-f]+|\d+)?\((%rsp|%rbp)\)")
+STACK_SLOT = re.compile(r"(-?0x[0-9a-f]+|\d+)?\((%rsp|%rbp)[^)]*\)")
 
 
 def short_name(demangled):
