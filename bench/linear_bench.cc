@@ -409,6 +409,8 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_interleaved, MatrixFormat::kFP
     ->Args({3, 2})
     ->Args({4, 2})
     ->Args({6, 2})
+    ->Args({5, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -517,6 +519,8 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved, MatrixFormat::kFP8B
     ->Args({2, 2})
     ->Args({3, 2})
     ->Args({4, 2})
+    ->Args({5, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);

@@ -580,7 +580,10 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   // in-place tiles, whose
   // M > 1 rows amortise the per-row overhead (linear_bench, Zen 4: FP4 expert M = 1 / 2 / 3 / 4
   // 251 / 378 / 397 / 435 us interleaved, 427 / 386 / 360 / 410 us in place; FP8 wo_b
-  // 1.70 / 2.86 / 2.89 / 2.72 ms against 2.55 / 2.01 / 2.48 / 2.81 ms).
+  // 1.70 / 2.86 / 2.89 / 2.72 ms against 2.55 / 2.01 / 2.48 / 2.81 ms). Measured again on 2026-12-04
+  // with passes of 8 / 4 / 2 tile rows up to M = 8 and only the first pass prefetching: FP4 M = 2 /
+  // 4 / 8 0.30 / 0.45 / 0.84 ms interleaved against 0.25 / 0.29 / 0.60 ms in place; FP8 wo_b
+  // 1.8-2.4 / 2.8-3.3 / 6.1-7.2 ms against 1.5 / 1.8 / 2.8 ms.
   if constexpr (kDp && MR == 1) {
     if (job.w->interleaved) return StreamInterleaved<F>(job, n_begin, n_end);
   }
