@@ -251,7 +251,7 @@ void CpuBackend::EncodeWindowRows(const Tensor& x, const Tensor& codes, const Te
   for (int64_t r = 0; r < x.rows(); ++r) {
     EncodeFP8PowerOfTwo({x.row<float>(r), static_cast<size_t>(dim)}, kWindowEntryBlock, codes.row<uint8_t>(r),
                         exponents.row<uint8_t>(r));
-    DecodeFP8PowerOfTwo(codes.row<uint8_t>(r), exponents.row<uint8_t>(r), dim, kWindowEntryBlock,
+    DecodeFP8PowerOfTwo(cpu_.isa, codes.row<uint8_t>(r), exponents.row<uint8_t>(r), dim, kWindowEntryBlock,
                         decoded.row<float>(r));
   }
 }
@@ -270,7 +270,7 @@ void CpuBackend::DecodeWindowEntries(std::span<const WindowEntry<const uint8_t>>
   const int64_t dim = out.row_elements();
   for (size_t k = 0; k < entries.size(); ++k) {
     if (entries[k].codes == nullptr) continue;
-    DecodeFP8PowerOfTwo(entries[k].codes, entries[k].exponents, dim, kWindowEntryBlock, out.row<float>(k));
+    DecodeFP8PowerOfTwo(cpu_.isa, entries[k].codes, entries[k].exponents, dim, kWindowEntryBlock, out.row<float>(k));
   }
 }
 
@@ -288,14 +288,15 @@ void CpuBackend::EncodeCompressedEntries(const Tensor& latents, const Tensor& ke
 void CpuBackend::DecodeCompressedEntries(std::span<const CompressedEntry<const uint8_t>> entries, const Tensor& out) {
   const int64_t dim = out.row_elements();
   for (size_t k = 0; k < entries.size(); ++k) {
-    DecodeFP4E4M3Scale(entries[k].codes, entries[k].scales, dim, kCompressedEntryBlock, out.row<float>(k));
+    DecodeFP4E4M3Scale(cpu_.isa, entries[k].codes, entries[k].scales, dim, kCompressedEntryBlock, out.row<float>(k));
   }
 }
 
 void CpuBackend::DecodeIndexKeys(std::span<const CompressedEntry<const uint8_t>> entries, const Tensor& out) {
   const int64_t dim = out.row_elements();
   for (size_t k = 0; k < entries.size(); ++k) {
-    DecodeFP4PowerOfTwo(entries[k].index_codes, entries[k].index_exponents, dim, kIndexKeyBlock, out.row<float>(k));
+    DecodeFP4PowerOfTwo(cpu_.isa, entries[k].index_codes, entries[k].index_exponents, dim, kIndexKeyBlock,
+                        out.row<float>(k));
   }
 }
 
@@ -358,7 +359,7 @@ void CpuBackend::IndexerSelect(const Tensor& q, const Tensor& head_weights, cons
       for (int h = 0; h < heads; ++h) ApplyRope(qrow + h * dim + dim - 2 * pairs, cos, sin, /*inverse=*/false);
       // FP4 QDQ of the query (QdqFP4PowerOfTwo, into this thread's buffers).
       EncodeFP4PowerOfTwo({qrow, static_cast<size_t>(query)}, kIndexKeyBlock, packed, exponents);
-      DecodeFP4PowerOfTwo(packed, exponents, query, kIndexKeyBlock, qrow);
+      DecodeFP4PowerOfTwo(cpu_.isa, packed, exponents, query, kIndexKeyBlock, qrow);
       const float* weights = head_weights.row<float>(static_cast<int64_t>(r));
       const std::span<float> scores(scores_buffer, row.visible);
       for (int64_t t = 0; t < row.visible; ++t) {

@@ -227,6 +227,45 @@ TEST(DotProduct, EverySimdLevelFollowsTheStatedOrderBitwise) {
   }
 }
 
+// The KV-cache decoders at every level give the scalar oracle's bits for every code under every
+// scale byte, NaN codes and scales and the ends of the exponent range included, in whole blocks
+// and in a partial last block.
+TEST(KvDecode, EveryLevelGivesTheOraclesBitsForEveryCodeAndScale) {
+  struct Format {
+    const char* name;
+    size_t block;
+    bool fp4;
+    void (*simd)(IsaLevel, const uint8_t*, const uint8_t*, size_t, size_t, float*);
+    void (*oracle)(const uint8_t*, const uint8_t*, size_t, size_t, float*);
+  };
+  const Format formats[] = {{"fp8 pow2", 32, false, DecodeFP8PowerOfTwo, DecodeFP8PowerOfTwo},
+                            {"fp4 pow2", 32, true, DecodeFP4PowerOfTwo, DecodeFP4PowerOfTwo},
+                            {"fp4 e4m3", 16, true, DecodeFP4E4M3Scale, DecodeFP4E4M3Scale}};
+  for (const Format& f : formats) {
+    // Every scale byte, each with a block of codes: all 256 e4m3 codes over 8 blocks (with the
+    // NaN codes in the last), or all 16 e2m1 codes twice (every byte pair of nibbles over time).
+    const size_t blocks = 256 * 8;
+    const size_t n = blocks * f.block + (f.block / 2);  // a partial last block
+    std::vector<uint8_t> codes(f.fp4 ? (n + 1) / 2 : n), scales(blocks + 1);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(f.fp4 ? (i * 7 + i / 16) : i);
+    for (size_t b = 0; b < scales.size(); ++b) scales[b] = static_cast<uint8_t>(b / 8 + b % 8 * 32);
+    std::vector<float> expected(n);
+    f.oracle(codes.data(), scales.data(), n, f.block, expected.data());
+    for (const IsaLevel isa : SupportedIsaLevels()) {
+      std::vector<float> ours(n, 1234.5f);
+      f.simd(isa, codes.data(), scales.data(), n, f.block, ours.data());
+      size_t mismatches = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (std::bit_cast<uint32_t>(ours[i]) != std::bit_cast<uint32_t>(expected[i]) && mismatches++ < 3) {
+          ADD_FAILURE() << f.name << " " << IsaName(isa) << " element " << i << ": " << ours[i] << " vs "
+                        << expected[i];
+        }
+      }
+      EXPECT_EQ(mismatches, 0u) << f.name << " " << IsaName(isa);
+    }
+  }
+}
+
 // The SIMD attention levels agree bit for bit (they differ from the oracle only in the q.k
 // order, which DotProduct pins down), and each head is computed on its own.
 TEST(SparseAttentionWithSink, SimdLevelsAgreeBitwiseAndAreHeadInvariant) {

@@ -144,6 +144,24 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
   return SequentialDot(a, b, n);
 }
 
+void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
+                         float* out) {
+  if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP8PowerOfTwoAvx512(codes, exponents, n, block, out);
+  DecodeFP8PowerOfTwo(codes, exponents, n, block, out);
+}
+
+void DecodeFP4PowerOfTwo(IsaLevel isa, const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
+                         float* out) {
+  if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP4PowerOfTwoAvx512(packed, exponents, n, block, out);
+  DecodeFP4PowerOfTwo(packed, exponents, n, block, out);
+}
+
+void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scales, size_t n, size_t block,
+                        float* out) {
+  if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP4E4M3ScaleAvx512(packed, scales, n, block, out);
+  DecodeFP4E4M3Scale(packed, scales, n, block, out);
+}
+
 const AttentionLoops& SparseAttentionLoops(IsaLevel isa, int64_t dim) {
   if (dim % 16 != 0) return ScalarAttentionLoops();
   if (isa == IsaLevel::kAvx512) return SparseAttentionLoopsAvx512();

@@ -89,6 +89,22 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n);
 float DotProductAvx512(const float* a, const float* b, int64_t n);
 float DotProductAvx2(const float* a, const float* b, int64_t n);
 
+// Dequantization of the KV cache's QAT formats (core/numeric.h) on the SIMD level `isa`: exactly
+// the bits of the scalar DecodeFP8PowerOfTwo / DecodeFP4PowerOfTwo / DecodeFP4E4M3Scale, which
+// stay the oracle. A block whose every value is code * scale exactly, a normal fp32 (or zero) with
+// at most 6 significant bits, so that the oracle's bf16 rounding changes nothing, is one vector
+// multiply per 16 elements; any other block (scale bytes near the ends of their range, NaN codes
+// or scales) goes to the oracle. kAvx512 only (block % 16 == 0); other levels run the oracle.
+void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
+                         float* out);
+void DecodeFP4PowerOfTwo(IsaLevel isa, const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
+                         float* out);
+void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scales, size_t n, size_t block,
+                        float* out);
+void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block, float* out);
+void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
+void DecodeFP4E4M3ScaleAvx512(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
+
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
 }  // namespace deepinfer

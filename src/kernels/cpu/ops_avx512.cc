@@ -5,6 +5,7 @@
 // of the oracle and never depend on other queries or heads.
 #include <immintrin.h>
 
+#include "core/numeric.h"
 #include "kernels/cpu/ops.h"
 
 // Compiled for AVX-512 per function, so the library needs no special flags; callers
@@ -154,6 +155,91 @@ DI_AVX512 void RescaleAddAvx512(float* acc, float scale, const float* block_acc,
 const AttentionLoops& SparseAttentionLoopsAvx512() {
   static constexpr AttentionLoops kLoops{DotsAvx512, WeightedSumAvx512, RescaleAddAvx512};
   return kLoops;
+}
+
+// ---- KV cache dequantization ---------------------------------------------------------------------
+
+namespace {
+
+// e4m3 codes (16 dwords, each 0-255) -> their fp32 values, NaN codes excepted: magnitudes 8-127
+// are normal, (mag << 20) + (120 << 23) in fp32 bits; 1-7 are mag * 2^-9; the sign is bit 7.
+DI_AVX512 inline __m512 E4M3Values(__m512i codes) {
+  const __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi32(0x7f));
+  const __mmask16 normal = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(8));
+  __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
+  value = _mm512_mask_mov_ps(
+      value, normal, _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23))));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(value), sign));
+}
+
+// The 16 e2m1 codes of 8 packed bytes (element 2j: the low nibble of byte j), as dword indices
+// (only the low 4 bits count for vpermps).
+DI_AVX512 inline __m512i Fp4Codes(const uint8_t* packed) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed));
+  const __m512i twice = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+  return _mm512_srlv_epi32(twice, _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0));
+}
+
+}  // namespace
+
+// Exact when the scale byte is 10-245 (e4m3 magnitudes 2^-9 .. 448 times 2^(e-127) stay normal and
+// finite) and the block has no NaN code; the products then have at most 4 significant bits.
+DI_AVX512 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
+                                         float* out) {
+  for (size_t b = 0; b < n / block; ++b) {
+    const uint8_t* c = codes + b * block;
+    float* o = out + b * block;
+    bool exact = exponents[b] >= 10 && exponents[b] <= 245;
+    const __m512 scale = _mm512_set1_ps(UE8M0ToFloat(exponents[b]));
+    for (size_t i = 0; i < block && exact; i += 16) {
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i)));
+      exact = _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f)) == 0;
+      _mm512_storeu_ps(o + i, _mm512_mul_ps(E4M3Values(v), scale));
+    }
+    if (!exact) DecodeFP8PowerOfTwo(c, exponents + b, block, block, o);
+  }
+  if (n % block != 0) DecodeFP8PowerOfTwo(codes + n / block * block, exponents + n / block, n % block, block,
+                                          out + n / block * block);
+}
+
+// Exact when the scale byte is 2-252 (e2m1 magnitudes 0.5 .. 6 times 2^(e-127)); e2m1 has no NaN.
+DI_AVX512 void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
+                                         float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2M1Values.data());
+  for (size_t b = 0; b < n / block; ++b) {
+    float* o = out + b * block;
+    if (exponents[b] < 2 || exponents[b] > 252) {
+      DecodeFP4PowerOfTwo(packed + b * block / 2, exponents + b, block, block, o);
+      continue;
+    }
+    const __m512 scale = _mm512_set1_ps(UE8M0ToFloat(exponents[b]));
+    for (size_t i = 0; i < block; i += 16) {
+      _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
+    }
+  }
+  if (n % block != 0) DecodeFP4PowerOfTwo(packed + n / block * block / 2, exponents + n / block, n % block, block,
+                                          out + n / block * block);
+}
+
+// e2m1 (<= 2 significant bits, 0.5 .. 6) times any finite e4m3 scale (<= 4 bits, 2^-9 .. 448) is
+// exact and normal or zero; NaN scales go to the oracle.
+DI_AVX512 void DecodeFP4E4M3ScaleAvx512(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block,
+                                        float* out) {
+  const __m512 table = _mm512_loadu_ps(kE2M1Values.data());
+  for (size_t b = 0; b < n / block; ++b) {
+    float* o = out + b * block;
+    if ((scales[b] & 0x7f) == 0x7f) {
+      DecodeFP4E4M3Scale(packed + b * block / 2, scales + b, block, block, o);
+      continue;
+    }
+    const __m512 scale = _mm512_set1_ps(E4M3ToFloat(scales[b]));
+    for (size_t i = 0; i < block; i += 16) {
+      _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
+    }
+  }
+  if (n % block != 0) DecodeFP4E4M3Scale(packed + n / block * block / 2, scales + n / block, n % block, block,
+                                         out + n / block * block);
 }
 
 }  // namespace deepinfer
