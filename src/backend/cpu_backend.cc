@@ -362,15 +362,7 @@ void CpuBackend::IndexerSelect(const Tensor& q, const Tensor& head_weights, cons
       DecodeFP4PowerOfTwo(cpu_.isa, packed, exponents, query, kIndexKeyBlock, qrow);
       const float* weights = head_weights.row<float>(static_cast<int64_t>(r));
       const std::span<float> scores(scores_buffer, row.visible);
-      for (int64_t t = 0; t < row.visible; ++t) {
-        const float* key = row.keys + t * dim;
-        float total = 0.0f;
-        for (int h = 0; h < heads; ++h) {
-          const float dot = DotProduct(cpu_.isa, qrow + h * dim, key, dim);
-          total += std::max(dot, 0.0f) * (weights[h] * p.weight_scale);
-        }
-        scores[t] = total;
-      }
+      IndexScores(cpu_.isa, qrow, heads, dim, row.keys, row.visible, weights, p.weight_scale, scores.data());
       if (p.candidates == IndexerParams::Candidates::kSelect) {
         SelectCandidateBlocks(scores, row.visible, p.candidate_topk_blocks, p.candidate_block_size, block_scores,
                               block_order, row.mask_out);

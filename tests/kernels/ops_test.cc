@@ -227,6 +227,39 @@ TEST(DotProduct, EverySimdLevelFollowsTheStatedOrderBitwise) {
   }
 }
 
+// IndexScores gives the bits of its stated formula (each q.k as DotProduct(isa), heads added in
+// order) at every level, for head counts around the groups of 4 and key counts around blocks of 64.
+TEST(IndexScores, EveryLevelGivesItsFormulasBits) {
+  uint64_t state = 11;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) * 0x1p-22f;
+  };
+  for (const IsaLevel isa : SupportedIsaLevels()) {
+    for (const int64_t dim : {int64_t{16}, int64_t{24}, int64_t{64}, int64_t{128}}) {
+      for (const int heads : {1, 3, 4, 5, 9}) {
+        for (const int64_t count : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{130}}) {
+          std::vector<float> q(heads * dim), keys(count * dim), weights(heads);
+          for (float& v : q) v = next();
+          for (float& v : keys) v = next();
+          for (float& v : weights) v = next();
+          std::vector<float> ours(count);
+          IndexScores(isa, q.data(), heads, dim, keys.data(), count, weights.data(), 0.125f, ours.data());
+          for (int64_t t = 0; t < count; ++t) {
+            float expected = 0.0f;
+            for (int h = 0; h < heads; ++h) {
+              expected += std::max(DotProduct(isa, q.data() + h * dim, keys.data() + t * dim, dim), 0.0f) *
+                          (weights[h] * 0.125f);
+            }
+            ASSERT_EQ(std::bit_cast<uint32_t>(ours[t]), std::bit_cast<uint32_t>(expected))
+                << IsaName(isa) << " dim " << dim << " heads " << heads << " count " << count << " key " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The KV-cache decoders at every level give the scalar oracle's bits for every code under every
 // scale byte, NaN codes and scales and the ends of the exponent range included, in whole blocks
 // and in a partial last block.

@@ -144,6 +144,37 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
   return SequentialDot(a, b, n);
 }
 
+void IndexScores(IsaLevel isa, const float* q, int heads, int64_t dim, const float* keys, int64_t count,
+                 const float* weights, float weight_scale, float* scores) {
+  if (isa == IsaLevel::kScalar || dim % 16 != 0) {
+    for (int64_t t = 0; t < count; ++t) {
+      float total = 0.0f;
+      for (int h = 0; h < heads; ++h) {
+        total += std::max(DotProduct(isa, q + h * dim, keys + t * dim, dim), 0.0f) * (weights[h] * weight_scale);
+      }
+      scores[t] = total;
+    }
+    return;
+  }
+  const AttentionLoops& loops = SparseAttentionLoops(isa, dim);
+  float dots[kSparseAttentionHeadGroup * kSparseAttentionBlock];
+  const float* rows[kSparseAttentionBlock];
+  for (int64_t t0 = 0; t0 < count; t0 += kSparseAttentionBlock) {
+    const int n = static_cast<int>(std::min<int64_t>(kSparseAttentionBlock, count - t0));
+    for (int k = 0; k < n; ++k) rows[k] = keys + (t0 + k) * dim;
+    float* total = scores + t0;
+    std::fill_n(total, n, 0.0f);
+    for (int h0 = 0; h0 < heads; h0 += kSparseAttentionHeadGroup) {
+      const int group = std::min(kSparseAttentionHeadGroup, heads - h0);
+      loops.dots(q + h0 * dim, group, dim, rows, n, dots);
+      for (int g = 0; g < group; ++g) {
+        const float weight = weights[h0 + g] * weight_scale;
+        for (int k = 0; k < n; ++k) total[k] += std::max(dots[g * kSparseAttentionBlock + k], 0.0f) * weight;
+      }
+    }
+  }
+}
+
 void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
                          float* out) {
   if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP8PowerOfTwoAvx512(codes, exponents, n, block, out);

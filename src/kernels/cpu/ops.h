@@ -89,6 +89,14 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n);
 float DotProductAvx512(const float* a, const float* b, int64_t n);
 float DotProductAvx2(const float* a, const float* b, int64_t n);
 
+// The indexer's scores of one query over `count` keys (rows of `keys`, `dim` floats apart):
+//   scores[t] = sum over h = 0, 1, ... of max(q_h . k_t, 0) * (weights[h] * weight_scale),
+// each q_h . k_t exactly DotProduct(isa), the heads added in order. Where the level's attention
+// dots give those bits (SparseAttentionLoops: dim % 16 == 0) it runs them on blocks of 64 keys
+// and groups of 4 heads, which share every key load.
+void IndexScores(IsaLevel isa, const float* q, int heads, int64_t dim, const float* keys, int64_t count,
+                 const float* weights, float weight_scale, float* scores);
+
 // Dequantization of the KV cache's QAT formats (core/numeric.h) on the SIMD level `isa`: exactly
 // the bits of the scalar DecodeFP8PowerOfTwo / DecodeFP4PowerOfTwo / DecodeFP4E4M3Scale, which
 // stay the oracle. A block whose every value is code * scale exactly, a normal fp32 (or zero) with
@@ -99,8 +107,7 @@ void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* expo
                          float* out);
 void DecodeFP4PowerOfTwo(IsaLevel isa, const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
                          float* out);
-void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scales, size_t n, size_t block,
-                        float* out);
+void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block, float* out);
 void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
 void DecodeFP4E4M3ScaleAvx512(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);

@@ -199,8 +199,8 @@ DI_AVX512 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* ex
     }
     if (!exact) DecodeFP8PowerOfTwo(c, exponents + b, block, block, o);
   }
-  if (n % block != 0) DecodeFP8PowerOfTwo(codes + n / block * block, exponents + n / block, n % block, block,
-                                          out + n / block * block);
+  if (n % block != 0)
+    DecodeFP8PowerOfTwo(codes + n / block * block, exponents + n / block, n % block, block, out + n / block * block);
 }
 
 // Exact when the scale byte is 2-252 (e2m1 magnitudes 0.5 .. 6 times 2^(e-127)); e2m1 has no NaN.
@@ -215,11 +215,13 @@ DI_AVX512 void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* e
     }
     const __m512 scale = _mm512_set1_ps(UE8M0ToFloat(exponents[b]));
     for (size_t i = 0; i < block; i += 16) {
-      _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
+      _mm512_storeu_ps(o + i,
+                       _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
     }
   }
-  if (n % block != 0) DecodeFP4PowerOfTwo(packed + n / block * block / 2, exponents + n / block, n % block, block,
-                                          out + n / block * block);
+  if (n % block != 0)
+    DecodeFP4PowerOfTwo(packed + n / block * block / 2, exponents + n / block, n % block, block,
+                        out + n / block * block);
 }
 
 // e2m1 (<= 2 significant bits, 0.5 .. 6) times any finite e4m3 scale (<= 4 bits, 2^-9 .. 448) is
@@ -235,11 +237,12 @@ DI_AVX512 void DecodeFP4E4M3ScaleAvx512(const uint8_t* packed, const uint8_t* sc
     }
     const __m512 scale = _mm512_set1_ps(E4M3ToFloat(scales[b]));
     for (size_t i = 0; i < block; i += 16) {
-      _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
+      _mm512_storeu_ps(o + i,
+                       _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
     }
   }
-  if (n % block != 0) DecodeFP4E4M3Scale(packed + n / block * block / 2, scales + n / block, n % block, block,
-                                         out + n / block * block);
+  if (n % block != 0)
+    DecodeFP4E4M3Scale(packed + n / block * block / 2, scales + n / block, n % block, block, out + n / block * block);
 }
 
 }  // namespace deepinfer
