@@ -228,21 +228,25 @@ void CpuBackend::HcExpand(const Tensor& y, const Tensor& post_in, const Tensor& 
   const int hc = static_cast<int>(post_in.row_elements());
   const int64_t dim = y.row_elements();
   CheckShape(streams, rows, hc * dim, "mHC expand streams");
-  std::span<float> mixed = workspace_.TakeArray<float>(hc * dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* x = streams.row<float>(r);
-    const float* post = post_in.row<float>(r);
-    const float* comb = comb_in.row<float>(r);
-    const float* yr = y.row<float>(r);
-    for (int j = 0; j < hc; ++j) {
-      for (int64_t d = 0; d < dim; ++d) {
-        float acc = comb[j] * x[d];
-        for (int i = 1; i < hc; ++i) acc += comb[i * hc + j] * x[i * dim + d];
-        mixed[j * dim + d] = post[j] * yr[d] + acc;
+  // Rows in parallel (a prefill's are many); a row reads its hc copies and writes them back.
+  const size_t min_rows = ThreadPool::MinItemsPerPart(static_cast<size_t>(2 * hc * dim * sizeof(float)));
+  cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), min_rows, [&](size_t begin, size_t end, int thread) {
+    float* mixed = scratch_.Get<float>(thread, 0, static_cast<size_t>(hc * dim));
+    for (size_t r = begin; r < end; ++r) {
+      float* x = streams.row<float>(static_cast<int64_t>(r));
+      const float* post = post_in.row<float>(static_cast<int64_t>(r));
+      const float* comb = comb_in.row<float>(static_cast<int64_t>(r));
+      const float* yr = y.row<float>(static_cast<int64_t>(r));
+      for (int j = 0; j < hc; ++j) {
+        for (int64_t d = 0; d < dim; ++d) {
+          float acc = comb[j] * x[d];
+          for (int i = 1; i < hc; ++i) acc += comb[i * hc + j] * x[i * dim + d];
+          mixed[j * dim + d] = post[j] * yr[d] + acc;
+        }
       }
+      for (int64_t i = 0; i < hc * dim; ++i) x[i] = RoundToBF16(mixed[i]);
     }
-    for (int64_t i = 0; i < hc * dim; ++i) x[i] = RoundToBF16(mixed[i]);
-  }
+  });
 }
 
 void CpuBackend::EncodeWindowRows(const Tensor& x, const Tensor& codes, const Tensor& exponents,
