@@ -233,18 +233,9 @@ void CpuBackend::HcExpand(const Tensor& y, const Tensor& post_in, const Tensor& 
   cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), min_rows, [&](size_t begin, size_t end, int thread) {
     float* mixed = scratch_.Get<float>(thread, 0, static_cast<size_t>(hc * dim));
     for (size_t r = begin; r < end; ++r) {
-      float* x = streams.row<float>(static_cast<int64_t>(r));
-      const float* post = post_in.row<float>(static_cast<int64_t>(r));
-      const float* comb = comb_in.row<float>(static_cast<int64_t>(r));
-      const float* yr = y.row<float>(static_cast<int64_t>(r));
-      for (int j = 0; j < hc; ++j) {
-        for (int64_t d = 0; d < dim; ++d) {
-          float acc = comb[j] * x[d];
-          for (int i = 1; i < hc; ++i) acc += comb[i * hc + j] * x[i * dim + d];
-          mixed[j * dim + d] = post[j] * yr[d] + acc;
-        }
-      }
-      for (int64_t i = 0; i < hc * dim; ++i) x[i] = RoundToBF16(mixed[i]);
+      const int64_t row = static_cast<int64_t>(r);
+      HcExpandRow(cpu_.isa, streams.row<float>(row), y.row<float>(row), post_in.row<float>(row),
+                  comb_in.row<float>(row), hc, dim, mixed);
     }
   });
 }

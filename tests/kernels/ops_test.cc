@@ -227,6 +227,38 @@ TEST(DotProduct, EverySimdLevelFollowsTheStatedOrderBitwise) {
   }
 }
 
+// HcExpandRow at every level gives the oracle's bits, rounding ties, overflow to infinity and NaN
+// included.
+TEST(HcExpandRow, EveryLevelGivesTheOraclesBits) {
+  uint64_t state = 3;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) * 0x1p-21f;
+  };
+  for (const int hc : {1, 4}) {
+    for (const int64_t dim : {int64_t{16}, int64_t{48}, int64_t{40}}) {
+      std::vector<float> x(hc * dim), y(dim), post(hc), comb(hc * hc);
+      for (float& v : x) v = RoundToBF16(next());
+      for (float& v : y) v = RoundToBF16(next());
+      for (float& v : post) v = next();
+      for (float& v : comb) v = next();
+      y[1] = std::nanf("");
+      y[2] = 3e38f, post[0] = 2.5f;  // overflows to infinity in copy 0
+      x[3] = 1.0f + 0x1p-8f;         // bf16 ties through y = 0 and comb
+      std::vector<float> expected = x, mixed(hc * dim);
+      HcExpandRow(IsaLevel::kScalar, expected.data(), y.data(), post.data(), comb.data(), hc, dim, mixed.data());
+      for (const IsaLevel isa : SupportedIsaLevels()) {
+        std::vector<float> ours = x;
+        HcExpandRow(isa, ours.data(), y.data(), post.data(), comb.data(), hc, dim, mixed.data());
+        for (int64_t i = 0; i < hc * dim; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(ours[i]), std::bit_cast<uint32_t>(expected[i]))
+              << IsaName(isa) << " hc " << hc << " dim " << dim << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 // IndexScores gives the bits of its stated formula (each q.k as DotProduct(isa), heads added in
 // order) at every level, for head counts around the groups of 4 and key counts around blocks of 64.
 TEST(IndexScores, EveryLevelGivesItsFormulasBits) {

@@ -144,6 +144,19 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
   return SequentialDot(a, b, n);
 }
 
+void HcExpandRow(IsaLevel isa, float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
+                 float* mixed) {
+  if (isa == IsaLevel::kAvx512 && dim % 16 == 0) return HcExpandRowAvx512(x, y, post, comb, hc, dim, mixed);
+  for (int j = 0; j < hc; ++j) {
+    for (int64_t d = 0; d < dim; ++d) {
+      float acc = comb[j] * x[d];
+      for (int i = 1; i < hc; ++i) acc += comb[i * hc + j] * x[i * dim + d];
+      mixed[j * dim + d] = post[j] * y[d] + acc;
+    }
+  }
+  for (int64_t i = 0; i < hc * dim; ++i) x[i] = RoundToBF16(mixed[i]);
+}
+
 void IndexScores(IsaLevel isa, const float* q, int heads, int64_t dim, const float* keys, int64_t count,
                  const float* weights, float weight_scale, float* scores) {
   if (isa == IsaLevel::kScalar || dim % 16 != 0) {

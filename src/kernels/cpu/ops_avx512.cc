@@ -157,6 +157,41 @@ const AttentionLoops& SparseAttentionLoopsAvx512() {
   return kLoops;
 }
 
+// ---- mHC expand ----------------------------------------------------------------------------------
+
+namespace {
+
+// RoundToBF16 on 16 lanes: round to nearest even in the upper 16 bits, NaN made quiet (FloatToBF16).
+DI_AVX512 inline __m512 RoundToBf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                        _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),
+                       _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)),
+                                         _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+}  // namespace
+
+DI_AVX512 void HcExpandRowAvx512(float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
+                                 float* mixed) {
+  for (int j = 0; j < hc; ++j) {
+    const __m512 p = _mm512_set1_ps(post[j]);
+    for (int64_t d = 0; d < dim; d += 16) {
+      __m512 acc = _mm512_mul_ps(_mm512_set1_ps(comb[j]), _mm512_loadu_ps(x + d));
+      for (int i = 1; i < hc; ++i) {
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(comb[i * hc + j]), _mm512_loadu_ps(x + i * dim + d)));
+      }
+      _mm512_storeu_ps(mixed + j * dim + d, _mm512_add_ps(_mm512_mul_ps(p, _mm512_loadu_ps(y + d)), acc));
+    }
+  }
+  for (int64_t i = 0; i < hc * dim; i += 16) _mm512_storeu_ps(x + i, RoundToBf16(_mm512_loadu_ps(mixed + i)));
+}
+
 // ---- KV cache dequantization ---------------------------------------------------------------------
 
 namespace {
