@@ -238,46 +238,44 @@ DI_AVX512 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* ex
     DecodeFP8PowerOfTwo(codes + n / block * block, exponents + n / block, n % block, block, out + n / block * block);
 }
 
-// Exact when the scale byte is 2-252 (e2m1 magnitudes 0.5 .. 6 times 2^(e-127)); e2m1 has no NaN.
-DI_AVX512 void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
-                                         float* out) {
+namespace {
+
+// The FP4 decoders' loop: each block is e2m1 x its scale, 16 elements per multiply, where that is
+// exact; else the oracle's. kPowerOfTwo: ue8m0 scales, exact for bytes 2-252 (e2m1 magnitudes
+// 0.5 .. 6 times 2^(e-127)); else e4m3 scales: e2m1 (<= 2 significant bits) times any finite e4m3
+// (<= 4 bits, 2^-9 .. 448) is exact and normal or zero, so only NaN scales go to the oracle.
+template <bool kPowerOfTwo>
+DI_AVX512 void DecodeFp4Blocks(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out) {
+  using Oracle = void (*)(const uint8_t*, const uint8_t*, size_t, size_t, float*);
+  const Oracle oracle = kPowerOfTwo ? Oracle{DecodeFP4PowerOfTwo} : Oracle{DecodeFP4E4M3Scale};
   const __m512 table = _mm512_loadu_ps(kE2M1Values.data());
   for (size_t b = 0; b < n / block; ++b) {
     float* o = out + b * block;
-    if (exponents[b] < 2 || exponents[b] > 252) {
-      DecodeFP4PowerOfTwo(packed + b * block / 2, exponents + b, block, block, o);
+    const bool exact = kPowerOfTwo ? scales[b] >= 2 && scales[b] <= 252 : (scales[b] & 0x7f) != 0x7f;
+    if (!exact) {
+      oracle(packed + b * block / 2, scales + b, block, block, o);
       continue;
     }
-    const __m512 scale = _mm512_set1_ps(UE8M0ToFloat(exponents[b]));
+    const __m512 scale = _mm512_set1_ps(kPowerOfTwo ? UE8M0ToFloat(scales[b]) : E4M3ToFloat(scales[b]));
     for (size_t i = 0; i < block; i += 16) {
       _mm512_storeu_ps(o + i,
                        _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
     }
   }
   if (n % block != 0)
-    DecodeFP4PowerOfTwo(packed + n / block * block / 2, exponents + n / block, n % block, block,
-                        out + n / block * block);
+    oracle(packed + n / block * block / 2, scales + n / block, n % block, block, out + n / block * block);
 }
 
-// e2m1 (<= 2 significant bits, 0.5 .. 6) times any finite e4m3 scale (<= 4 bits, 2^-9 .. 448) is
-// exact and normal or zero; NaN scales go to the oracle.
+}  // namespace
+
+DI_AVX512 void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
+                                         float* out) {
+  DecodeFp4Blocks<true>(packed, exponents, n, block, out);
+}
+
 DI_AVX512 void DecodeFP4E4M3ScaleAvx512(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block,
                                         float* out) {
-  const __m512 table = _mm512_loadu_ps(kE2M1Values.data());
-  for (size_t b = 0; b < n / block; ++b) {
-    float* o = out + b * block;
-    if ((scales[b] & 0x7f) == 0x7f) {
-      DecodeFP4E4M3Scale(packed + b * block / 2, scales + b, block, block, o);
-      continue;
-    }
-    const __m512 scale = _mm512_set1_ps(E4M3ToFloat(scales[b]));
-    for (size_t i = 0; i < block; i += 16) {
-      _mm512_storeu_ps(o + i,
-                       _mm512_mul_ps(_mm512_permutexvar_ps(Fp4Codes(packed + (b * block + i) / 2), table), scale));
-    }
-  }
-  if (n % block != 0)
-    DecodeFP4E4M3Scale(packed + n / block * block / 2, scales + n / block, n % block, block, out + n / block * block);
+  DecodeFp4Blocks<false>(packed, scales, n, block, out);
 }
 
 }  // namespace deepinfer
