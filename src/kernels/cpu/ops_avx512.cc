@@ -3,7 +3,13 @@
 // to the rescaled accumulator) with its dim-long loops vectorised. Only the summation order of
 // q.k changes (16 lanes, then a fixed reduction tree), so results stay within fp32 rounding
 // of the oracle and never depend on other queries or heads.
+// GCC 12's _mm512_undefined_*() self-initialise and trip -Wmaybe-uninitialized once inlined
+// (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include "core/numeric.h"
 #include "kernels/cpu/ops.h"
