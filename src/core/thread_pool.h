@@ -1,15 +1,16 @@
 // A persistent pool of worker threads with static partitioning and dynamic claiming.
 //
 // ParallelFor splits [0, n) into fixed contiguous parts (part k is always the same range for a
-// given n and part count), so nothing about the result depends on timing. The parts are claimed
-// by whichever thread gets to them first, the caller included: a worker that the OS has not
-// scheduled (a loaded machine, a vCPU the host took away) never holds the call up, because the
-// caller runs its part itself. So a call is never much slower than running it on one thread.
+// given n and pool size), so nothing about the result depends on timing. There are several parts
+// per thread (kPartsPerThread), claimed by whichever thread gets to them first, the caller
+// included: a worker that the OS has not scheduled or runs slowly (a loaded machine, a vCPU that
+// shares its core on the host) holds the call up by at most the one part it took, and the caller
+// runs the rest itself. So a call is never much slower than running it on one thread.
 // Work functions may throw: the first exception is captured and rethrown on the calling thread.
 //
 // A forward issues hundreds of ParallelFor calls microseconds apart, and waking a sleeping
 // thread costs tens of microseconds here, so workers (and the caller, for completion) spin
-// briefly before blocking on a condition variable.
+// for about a millisecond before blocking on a condition variable.
 //
 // Each part runs inside GuardMappedReads (core/mapped_file.h): a SIGBUS from a truncated
 // mapped file in a task becomes a MappedFileFault rethrown on the caller like any exception.
@@ -35,6 +36,11 @@ class ThreadPool {
   // More threads than this many per hardware thread only add contention; the constructor and
   // the --threads flags refuse them.
   static constexpr int kMaxThreadsPerHardwareThread = 4;
+  // Parts per thread of a large call: a part is what a stalled thread can hold the others up by.
+  // Measured on 2-vCPU VMs whose second vCPU sometimes runs at a fraction of the first's speed:
+  // with 1 part per thread a batch-16 decode step of the embedded model took up to 1.12x the
+  // single-thread time, with 4 at most 1.03x (median 0.91x; the README's thread section).
+  static constexpr int kPartsPerThread = 4;
   static int MaxThreads();  // kMaxThreadsPerHardwareThread x std::thread::hardware_concurrency()
 
   // num_threads <= 0 means one per hardware thread. Throws Error for more than MaxThreads(), or
@@ -48,11 +54,14 @@ class ThreadPool {
 
   // Calls body(begin, end) on disjoint ranges covering [0, n). Blocks until all are done.
   void ParallelFor(size_t n, FunctionRef<void(size_t begin, size_t end)> body);
-  // The same, also passing the part index (< size()), whichever thread runs it: no two threads
-  // run one part at once, so the index selects part-owned scratch (core/thread_scratch.h).
+  // The same, also passing the index of the thread that runs the part (< size(); the caller is 0):
+  // a thread runs one part at a time, so the index selects that thread's scratch
+  // (core/thread_scratch.h). Which thread runs which part depends on timing: bodies must not
+  // let the index decide anything but where temporaries live.
   void ParallelForThreads(size_t n, FunctionRef<void(size_t begin, size_t end, int thread)> body);
   // The same, in as many parts as give each at least `min_per_part` items (at least 1, at most
-  // size()); one part runs inline on the caller. For work too small to pay for a hand-off.
+  // size() x kPartsPerThread); one part runs inline on the caller. For work too small to pay for
+  // a hand-off.
   void ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<void(size_t begin, size_t end, int thread)> body);
 
   // Work below about this many bytes touched per part costs more in hand-off (waking, joining,
@@ -66,9 +75,9 @@ class ThreadPool {
   }
 
  private:
-  void WorkerLoop();
-  // Claims and runs parts of the call of `generation` until none is left.
-  void RunClaimedParts(uint32_t generation);
+  void WorkerLoop(int thread);
+  // Claims and runs parts of the call of `generation` on pool thread `thread` until none is left.
+  void RunClaimedParts(uint32_t generation, int thread);
   void StopWorkers();
 
   std::vector<std::thread> workers_;

@@ -1,12 +1,12 @@
 // Scratch buffers per pool thread that keep their memory from call to call: where kernels take
 // their temporaries, so that a forward allocates nothing once it has run at its shape.
 //
-// Buffer (thread, slot) is for the ParallelFor part `thread`, whichever pool thread runs it (one
-// at a time); outside a call, index 0 is the caller's. A kernel uses a few fixed slots of it, which
-// stay valid until that (thread, slot) is asked for again, so a slot the caller fills before a call
-// (the activations) is only read inside it, and the parts take their temporaries from other slots.
-// Thread contract: each part touches only its own buffers; a ThreadScratch serves one forward at
-// a time.
+// Buffer (thread, slot) is pool thread `thread`'s (the index ParallelForThreads passes; the
+// caller is 0, inside a call and outside), for the parts it runs one after another. A kernel uses
+// a few fixed slots of it, which stay valid until that (thread, slot) is asked for again, so a
+// slot the caller fills before a call (the activations) is only read inside it, and the parts
+// take their temporaries from other slots. Thread contract: each thread touches only its own
+// buffers; a ThreadScratch serves one forward at a time.
 #pragma once
 
 #include <array>

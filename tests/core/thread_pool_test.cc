@@ -49,7 +49,9 @@ TEST(ThreadPool, PartitionIsStatic) {
     });
     std::sort(starts.begin(), starts.end());
   }
-  EXPECT_EQ(first, (std::vector<size_t>{0, 6}));
+  // kPartsPerThread x 2 threads = 8 parts of 11 items: the first 3 get 2 items, the rest 1.
+  static_assert(ThreadPool::kPartsPerThread == 4, "the expected starts below are for 8 parts");
+  EXPECT_EQ(first, (std::vector<size_t>{0, 2, 4, 6, 7, 8, 9, 10}));
   EXPECT_EQ(first, second);
 }
 
@@ -61,7 +63,7 @@ TEST(ThreadPool, MinimumPerPartBoundsTheParts) {
     size_t n, min_per_part, parts;
   };
   for (const Expect& e :
-       std::vector<Expect>{{10, 100, 1}, {10, 10, 1}, {10, 5, 2}, {10, 3, 3}, {10, 1, 3}, {1, 1, 1}}) {
+       std::vector<Expect>{{10, 100, 1}, {10, 10, 1}, {10, 5, 2}, {10, 3, 3}, {10, 1, 10}, {40, 1, 12}, {1, 1, 1}}) {
     std::mutex mutex;
     std::vector<int> seen(e.n, 0);
     std::vector<int> threads;
@@ -79,7 +81,10 @@ TEST(ThreadPool, MinimumPerPartBoundsTheParts) {
     if (e.parts == 1) {
       EXPECT_TRUE(inline_on_caller);
     }
-    for (int t : threads) EXPECT_LT(t, static_cast<int>(e.parts));
+    for (int t : threads) {
+      EXPECT_GE(t, 0);
+      EXPECT_LT(t, pool.size());
+    }
   }
   EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart), 1u);
   EXPECT_EQ(ThreadPool::MinItemsPerPart(ThreadPool::kMinBytesPerPart * 2), 1u);
@@ -106,7 +111,7 @@ void ParkUntilReleased(int) {
 
 // A worker that is not running (here parked in a signal handler; in practice a vCPU the host took
 // away or a loaded machine) does not hold the call up: the caller runs every part itself, with
-// the same ranges and part indices.
+// the same ranges, all as thread 0.
 TEST(ThreadPool, APartNoWorkerHasTakenRunsOnTheCaller) {
   const std::set<long> before = ThreadIdsOfThisProcess();
   ThreadPool pool(2);
@@ -129,14 +134,15 @@ TEST(ThreadPool, APartNoWorkerHasTakenRunsOnTheCaller) {
   std::mutex mutex;
   std::vector<std::pair<size_t, int>> parts;
   bool all_on_caller = true;
-  pool.ParallelForThreads(11, 1, [&](size_t begin, size_t, int part) {
+  pool.ParallelForThreads(11, 1, [&](size_t begin, size_t, int thread) {
     std::lock_guard<std::mutex> lock(mutex);
-    parts.emplace_back(begin, part);
+    parts.emplace_back(begin, thread);
     if (std::this_thread::get_id() != caller) all_on_caller = false;
   });
   release_worker = true;
   std::sort(parts.begin(), parts.end());
-  EXPECT_EQ(parts, (std::vector<std::pair<size_t, int>>{{0, 0}, {6, 1}}));
+  EXPECT_EQ(parts,
+            (std::vector<std::pair<size_t, int>>{{0, 0}, {2, 0}, {4, 0}, {6, 0}, {7, 0}, {8, 0}, {9, 0}, {10, 0}}));
   EXPECT_TRUE(all_on_caller);
   // The pool works as before once the worker is back.
   std::atomic<int> count{0};
@@ -145,6 +151,32 @@ TEST(ThreadPool, APartNoWorkerHasTakenRunsOnTheCaller) {
   }
   EXPECT_EQ(count.load(), 1000);
   ::sigaction(SIGUSR1, &previous, nullptr);
+}
+
+// The index a body gets is the thread running it: one OS thread, one index, whatever parts it
+// runs, and the caller's is 0. So scratch indexed by it is never shared by two running parts.
+TEST(ThreadPool, TheIndexNamesTheRunningThread) {
+  ThreadPool pool(3);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex mutex;
+  std::vector<std::pair<std::thread::id, int>> runs;
+  for (int round = 0; round < 50; ++round) {
+    pool.ParallelForThreads(1000, 1, [&](size_t, size_t, int thread) {
+      std::lock_guard<std::mutex> lock(mutex);
+      runs.emplace_back(std::this_thread::get_id(), thread);
+    });
+  }
+  std::vector<std::set<std::thread::id>> threads_of_index(static_cast<size_t>(pool.size()));
+  for (const auto& [id, index] : runs) {
+    ASSERT_GE(index, 0);
+    ASSERT_LT(index, pool.size());
+    threads_of_index[static_cast<size_t>(index)].insert(id);
+    if (id == caller) {
+      EXPECT_EQ(index, 0);
+    }
+  }
+  for (const std::set<std::thread::id>& ids : threads_of_index) EXPECT_LE(ids.size(), 1u);
+  EXPECT_EQ(runs.size(), 50u * 3 * ThreadPool::kPartsPerThread);
 }
 
 TEST(ThreadPool, ExceptionsReachTheCaller) {
