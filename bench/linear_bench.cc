@@ -314,7 +314,7 @@ std::vector<float> Activations(int64_t m, int64_t k) {
 // kAvx512Fma / kAvx512Fp8Dot: the AVX-512 kernels with vdpbf16ps off / on the FP8 GEMV only (the
 // Intel plan, Bf16Dot::kFp8Gemv), whatever this CPU's default plan is; kAvx512Fma on dense weights
 // is DenseLinear on FMAs (the default plan on Zen 4 runs BF16 / FP8 on vdpbf16ps where exact).
-// kInterleaved: the default plan on FP8/FP4 weights that carry their interleaved copy
+// kInterleaved: the default plan on FP8/FP4/BF16 weights that carry their interleaved copy
 // (InterleavedTiles). kAvx512AllDot / kInterleavedAllDot: the Zen 4 plan (Bf16Dot::kQuantized,
 // every FP8/FP4 tile and panel on vdpbf16ps) whatever this CPU's default plan is, so the two plans
 // are compared in one run on either CPU kind.
@@ -342,8 +342,7 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   if ((path == Path::kAvx512Fp8Dot || all_dot) && !HasBf16()) return state.SkipWithError("needs AVX512-BF16");
   const bool streaming = m <= 16;  // GEMV: stream >= 1 GiB of weights; GEMM: one copy, compute-bound
   const bool interleave = path == Path::kInterleaved || path == Path::kInterleavedAllDot;
-  if (interleave && f != MatrixFormat::kFP4Row32 && f != MatrixFormat::kFP8Block32)
-    return state.SkipWithError("interleaving is for FP8/FP4");
+  if (interleave && !InterleavedTiles::Takes(f)) return state.SkipWithError("interleaving is for FP8/FP4/BF16");
   const Weights& weights = GetWeights(f, n, k, streaming, misalign, interleave);
   const std::vector<float> x = Activations(m, k);
   std::vector<float> y(m * n);
@@ -562,6 +561,12 @@ BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280,
     ->Args({16, 1})
     ->Args({12, 2})
     ->Args({16, 2})
+    ->Apply(Configure);
+// The head's GEMV on its interleaved copy (Model::InterleaveMatrices makes one on the Zen 4 plan).
+BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_interleaved, MatrixFormat::kBF16, 129280, 5120, Path::kInterleaved,
+                  false)
+    ->Args({1, 1})
+    ->Args({1, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)
     ->Args({512, 2})

@@ -414,7 +414,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
               static_cast<long long>(config.hidden_size), config.n_routed_experts, config.num_experts_per_tok,
               pool.size(), std::string(IsaName(isa)).c_str());
   std::printf("  kernels: %s\n", std::string(LinearKernelsName(isa)).c_str());
-  std::printf("  FP8/FP4 weights: %s\n", weight_layout.c_str());
+  std::printf("  weight layout: %s\n", weight_layout.c_str());
   std::printf("\nmachine (measured now, %d threads)\n", pool.size());
   std::printf(
       "  DRAM read bandwidth   %10.2f GB/s      (1 GiB vectorised sum: median of %d passes between the "

@@ -37,8 +37,8 @@ std::string ApplyWeightLayout(Model& model, WeightLayout layout, IsaLevel isa) {
   }
   // Only the formats the kernels at `isa` read interleaved: a copy of the others would be dead weight.
   const Model::InterleaveReport report =
-      model.InterleaveQuantizedMatrices([isa](MatrixFormat f) { return LinearReadsInterleaved(isa, f); });
-  if (report.matrices == 0) return "in place (no FP8/FP4 matrix that the kernels read interleaved)";
+      model.InterleaveMatrices([isa](MatrixFormat f) { return LinearReadsInterleaved(isa, f); });
+  if (report.matrices == 0) return "in place (no FP8/FP4/BF16 matrix that the kernels read interleaved)";
   char line[160];
   std::snprintf(line, sizeof line, "interleaved copy of %lld matrices, %.3f GiB, made in %.2f s",
                 static_cast<long long>(report.matrices), static_cast<double>(report.bytes) / (1 << 30), report.seconds);

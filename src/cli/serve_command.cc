@@ -172,8 +172,8 @@ int RunServeCommand(const std::vector<std::string>& args) {
   const std::unique_ptr<Model> model =
       LoadModelAndPageIn(model_dir, ModelOptions{.max_context = o.max_model_len}, isa, o.weight_layout);
   if (const Model::InterleaveReport& r = model->interleave_report(); r.matrices > 0) {
-    std::fprintf(stderr, "serve: FP8/FP4 weights interleaved, %.3f GiB in %.2f s\n",
-                 static_cast<double>(r.bytes) / (1 << 30), r.seconds);
+    std::fprintf(stderr, "serve: %lld weight matrices interleaved, %.3f GiB in %.2f s\n",
+                 static_cast<long long>(r.matrices), static_cast<double>(r.bytes) / (1 << 30), r.seconds);
   }
   std::string name = o.served_model_name;
   if (name.empty()) {

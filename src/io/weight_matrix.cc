@@ -111,11 +111,12 @@ WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
 }
 
 InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
-  DI_CHECK(w.quantized() && w.cols % kQuantBlock == 0, "Interleave takes an FP8/FP4 matrix with K a multiple of 32");
+  DI_CHECK(InterleavedTiles::Takes(w.format) && w.cols % kQuantBlock == 0,
+           "Interleave takes an FP8/FP4/BF16 matrix with K a multiple of 32");
   const bool fp4 = w.format == MatrixFormat::kFP4Row32;
-  const int64_t groups = w.cols / kQuantBlock, row_bytes = fp4 ? w.cols / 2 : w.cols;
-  const int64_t group_bytes = InterleavedTiles::GroupBytes(w.format),
-                block_bytes = InterleavedTiles::BlockBytes(w.format);
+  const int64_t groups = w.cols / kQuantBlock, group_bytes = InterleavedTiles::GroupBytes(w.format),
+                row_bytes = groups * group_bytes;
+  const int64_t block_bytes = InterleavedTiles::BlockBytes(w.format);
   const int64_t codes_at = fp4 ? InterleavedTiles::kRows : 0;  // FP4 blocks start with the scales
   InterleavedTiles result{out, 255, 0};
   for (int64_t t = 0; t < InterleavedTiles::Tiles(w.rows); ++t) {

@@ -5,7 +5,8 @@
 //   kFP8Block32 : e4m3 [rows, cols] + ue8m0 scales [ceil(rows/32), ceil(cols/32)], one per 32x32 block
 //   kFP4Row32   : e2m1 packed [rows, cols/2] (even column in the low nibble) + ue8m0 scales
 //                 [rows, cols/32], one per 32 consecutive columns of a row
-// An FP8/FP4 matrix may also carry a row-interleaved copy made at load time (InterleavedTiles).
+// An FP8/FP4 or BF16 matrix may also carry a row-interleaved copy made at load time
+// (InterleavedTiles).
 #pragma once
 
 #include <cstdint>
@@ -39,8 +40,8 @@ inline constexpr int64_t kQuantBlock = 32;
 static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
               ScaleBlockOf(MatrixFormat::kFP4Row32).cols == kQuantBlock);
 
-// A copy of an FP8/FP4 matrix with its rows interleaved in tiles of 16, for the AVX-512
-// vdpbf16ps kernels: a tile reads one sequential stream at constant offsets, where in place it
+// A copy of an FP8/FP4 or BF16 matrix with its rows interleaved in tiles of 16, for the AVX-512
+// GEMV tiles (M = 1): a tile reads one sequential stream at constant offsets, where in place it
 // reads 16 row streams (and, FP4, 16 scale streams) with a pointer step per row and group. Tile t
 // holds rows [16t, 16t + 16), the last one padded with zero rows; its block for group g (32
 // columns) starts at data + (t * groups + g) * BlockBytes(format):
@@ -48,6 +49,7 @@ static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
 //               bytes [16 + 16i, +16)   row 16t + i's 16 bytes of the group, packed as in place
 //   kFP8Block32 bytes [32i, 32i + 32)   row 16t + i's 32 codes of the group; the scales stay in
 //                                       place (a tile lies inside one 32-row scale block)
+//   kBF16       bytes [64i, 64i + 64)   row 16t + i's 32 bf16 values of the group
 // The kernels compute the same operations either way (same bits); the in-place data and scales
 // stay valid and are what every other path reads.
 struct InterleavedTiles {
@@ -55,13 +57,19 @@ struct InterleavedTiles {
 
   const uint8_t* data = nullptr;  // null: not interleaved
   // Smallest and largest scale byte of the matrix (or of a superset of its rows), so that a
-  // kernel can check scale ranges without another pass over the scales.
+  // kernel can check scale ranges without another pass over the scales; 255 > 0 for BF16.
   uint8_t scale_min = 0;
   uint8_t scale_max = 0;
 
   explicit operator bool() const { return data != nullptr; }
   // One row's bytes of one group; the bytes of a tile's block.
-  static constexpr int64_t GroupBytes(MatrixFormat f) { return f == MatrixFormat::kFP4Row32 ? 16 : 32; }
+  static constexpr int64_t GroupBytes(MatrixFormat f) {
+    return f == MatrixFormat::kFP4Row32 ? 16 : f == MatrixFormat::kFP8Block32 ? 32 : 64;
+  }
+  // The formats a copy can be made of.
+  static constexpr bool Takes(MatrixFormat f) {
+    return f == MatrixFormat::kFP4Row32 || f == MatrixFormat::kFP8Block32 || f == MatrixFormat::kBF16;
+  }
   static constexpr int64_t BlockBytes(MatrixFormat f) {
     return f == MatrixFormat::kFP4Row32 ? kRows + kRows * GroupBytes(f) : kRows * GroupBytes(f);
   }
@@ -87,7 +95,7 @@ struct WeightMatrix {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;    // ue8m0 bytes, quantized formats only
-  InterleavedTiles interleaved = {};  // FP8/FP4 only, optional
+  InterleavedTiles interleaved = {};  // FP8/FP4/BF16 only, optional
   Bf16Exponents bf16_exponents = {};  // BF16 only, optional (of a superset of the rows in a slice)
 
   bool empty() const { return data == nullptr; }

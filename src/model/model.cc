@@ -129,21 +129,25 @@ std::unique_ptr<Model> Model::Load(const std::string& model_dir, const ModelOpti
       new Model(std::move(config), std::move(checkpoint), std::move(weights), std::move(hasher), max_context));
 }
 
-Model::InterleaveReport Model::InterleaveQuantizedMatrices(const std::function<bool(MatrixFormat)>& wanted) {
+Model::InterleaveReport Model::InterleaveMatrices(const std::function<bool(MatrixFormat)>& wanted) {
   if (!interleaved_.empty()) return interleave_report_;
   const auto start = std::chrono::steady_clock::now();
   InterleaveReport report;
   auto interleave = [&](WeightMatrix& w) {
-    if (!w.quantized() || w.empty() || w.interleaved || !wanted(w.format)) return;
+    if (!InterleavedTiles::Takes(w.format) || w.cols % kQuantBlock != 0 || w.empty() || w.interleaved ||
+        !wanted(w.format))
+      return;
     const uint64_t bytes = InterleavedTiles::Bytes(w.format, w.rows, w.cols);
     interleaved_.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
     w.interleaved = Interleave(w, interleaved_.back().get());
     ++report.matrices;
     report.bytes += bytes;
   };
-  // Exactly the matrices the forward and the draft pass to Linear with LinearNumerics::kCheckpoint.
+  // Exactly the matrices the forward and the draft pass to Linear with LinearNumerics::kCheckpoint,
+  // and the head (DenseLinear, whose GEMV reads a BF16 copy; the dense FP8 wo_a is read in place).
   try {
     GuardMappedReads([&] {
+      if (weights_.head.format == MatrixFormat::kBF16) interleave(weights_.head);
       std::vector<LayerWeights*> blocks;
       for (LayerWeights& layer : weights_.layers) blocks.push_back(&layer);
       if (weights_.draft) {

@@ -135,19 +135,19 @@ class Model {
   const Checkpoint& checkpoint() const { return checkpoint_; }
 
   // Copies the FP8/FP4 matrices that the forward multiplies with checkpoint numerics (the
-  // quantized GEMMs: attention projections, experts, Engram) of the formats `wanted` accepts into
-  // the row-interleaved layout (InterleavedTiles, io/weight_matrix.h) that the AVX-512
-  // vdpbf16ps kernels read as one stream per 16 rows. The copy is anonymous memory as large as
-  // those matrices, so the model no longer pages them from disk; the in-place views stay valid
-  // for the other kernels. Call before the first Forward, not concurrently with one; a second
+  // quantized GEMMs: attention projections, experts, Engram) and a BF16 output head, of the
+  // formats `wanted` accepts, into the row-interleaved layout (InterleavedTiles,
+  // io/weight_matrix.h) that the AVX-512 GEMV tiles read as one stream per 16 rows. The copy is
+  // anonymous memory as large as those matrices, so the model no longer pages them from disk; the
+  // in-place views stay valid for the other kernels. Call before the first Forward, not concurrently with one; a second
   // call does nothing. A checkpoint file truncated while mapped is an Error naming the file.
   struct InterleaveReport {
     int64_t matrices = 0;
     uint64_t bytes = 0;
     double seconds = 0;
   };
-  InterleaveReport InterleaveQuantizedMatrices(const std::function<bool(MatrixFormat)>& wanted);
-  // What InterleaveQuantizedMatrices did (all zero when it has not run or found no matrix).
+  InterleaveReport InterleaveMatrices(const std::function<bool(MatrixFormat)>& wanted);
+  // What InterleaveMatrices did (all zero when it has not run or found no matrix).
   const InterleaveReport& interleave_report() const { return interleave_report_; }
 
   // A sequence with its own unbounded page pool (for one-off use; the engine brings its own
@@ -272,7 +272,7 @@ class Model {
   int64_t max_context_;
   std::vector<uint64_t> layer_fixed_bytes_;  // per layer: every weight but the routed experts
   std::shared_ptr<const CacheLayout> default_layout_;
-  std::vector<std::unique_ptr<uint8_t[]>> interleaved_;  // the buffers InterleaveQuantizedMatrices made
+  std::vector<std::unique_ptr<uint8_t[]>> interleaved_;  // the buffers InterleaveMatrices made
   InterleaveReport interleave_report_;
 };
 

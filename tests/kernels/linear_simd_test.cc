@@ -43,7 +43,7 @@ struct Target {
   std::string name;
   IsaLevel isa;
   Bf16Dot dot;
-  bool interleave = false;  // FP8/FP4 matrices carry their interleaved copy (InterleavedTiles)
+  bool interleave = false;  // FP8/FP4/BF16 matrices carry their interleaved copy (InterleavedTiles)
 };
 
 std::vector<Target> Targets() {
@@ -65,15 +65,22 @@ std::vector<Target> Targets() {
 #define SKIP_WITHOUT_SIMD() \
   if (Targets().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
 
+// `w` with the interleaved copy the target asks for (made in `storage`), where the format and K
+// allow one.
+WeightMatrix ForTarget(const Target& t, const WeightMatrix& in_place, std::vector<uint8_t>& storage) {
+  WeightMatrix w = in_place;
+  if (t.interleave && InterleavedTiles::Takes(w.format) && w.cols % kQuantBlock == 0 && !w.interleaved) {
+    storage.resize(InterleavedTiles::Bytes(w.format, w.rows, w.cols));
+    w.interleaved = Interleave(w, storage.data());
+  }
+  return w;
+}
+
 std::vector<float> RunQuantized(const Target& t, const WeightMatrix& in_place, const float* x, int64_t m, int threads) {
   ThreadPool pool(threads);
   std::vector<float> y(m * in_place.rows, std::nanf(""));
-  WeightMatrix w = in_place;
   std::vector<uint8_t> interleaved;
-  if (t.interleave && w.quantized() && !w.interleaved) {
-    interleaved.resize(InterleavedTiles::Bytes(w.format, w.rows, w.cols));
-    w.interleaved = Interleave(w, interleaved.data());
-  }
+  const WeightMatrix w = ForTarget(t, in_place, interleaved);
   if (t.isa == IsaLevel::kAvx512) {
     QuantizedLinearAvx512(w, x, m, y.data(), pool, t.dot);
   } else {
@@ -82,10 +89,12 @@ std::vector<float> RunQuantized(const Target& t, const WeightMatrix& in_place, c
   return y;
 }
 
-std::vector<float> RunDense(const Target& t, const WeightMatrix& w, const float* x, int64_t m, bool round,
+std::vector<float> RunDense(const Target& t, const WeightMatrix& in_place, const float* x, int64_t m, bool round,
                             int threads) {
   ThreadPool pool(threads);
-  std::vector<float> y(m * w.rows, std::nanf(""));
+  std::vector<float> y(m * in_place.rows, std::nanf(""));
+  std::vector<uint8_t> interleaved;
+  const WeightMatrix w = ForTarget(t, in_place, interleaved);
   if (t.isa == IsaLevel::kAvx512) {
     DenseLinearAvx512(w, x, m, y.data(), round, pool, t.dot);
   } else {
@@ -270,8 +279,9 @@ TEST(LinearSimd, QuantizedMatchesScalarOracleOnOddShapes) {
 TEST(LinearSimd, DenseMatchesScalarOracle) {
   SKIP_WITHOUT_SIMD();
   const std::vector<Shape> shapes = {{MatrixFormat::kBF16, 33, 5},    {MatrixFormat::kBF16, 50, 100},
-                                     {MatrixFormat::kBF16, 17, 4113}, {MatrixFormat::kF32, 21, 31},
-                                     {MatrixFormat::kF32, 40, 1000},  {MatrixFormat::kF32, 9, 4096}};
+                                     {MatrixFormat::kBF16, 17, 4113}, {MatrixFormat::kBF16, 37, 2048},
+                                     {MatrixFormat::kF32, 21, 31},    {MatrixFormat::kF32, 40, 1000},
+                                     {MatrixFormat::kF32, 9, 4096}};
   std::mt19937_64 rng(11);
   for (const Target& t : Targets()) {
     double worst = 0;
@@ -638,6 +648,7 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
                                    {MatrixFormat::kFP4Row32, 45, 2304, false},
                                    {MatrixFormat::kFP4Row32, 9, 64, false},
                                    {MatrixFormat::kBF16, 29, 1000, true},
+                                   {MatrixFormat::kBF16, 45, 640, true},  // K % 32 == 0: interleaved copies
                                    {MatrixFormat::kF32, 23, 333, true},
                                    {MatrixFormat::kFP8Block32, 41, 200, true}};
   for (const Case& c : cases) {
@@ -775,6 +786,37 @@ TEST(LinearSimd, InterleavedCopyAndItsRowSlices) {
         ExpectSameBits(RunQuantized(target, slice, x.data(), 1, 2), std::vector<float>(all.begin() + begin, all.end()),
                        target.name + " rows from " + std::to_string(begin));
       }
+    }
+  }
+}
+
+// The same for a BF16 matrix (the output head's copy): 64 bytes per row and group, no scales.
+TEST(LinearSimd, InterleavedBf16CopyAndItsRowSlices) {
+  std::mt19937_64 rng(37);
+  const TestMatrix t = MakeDense(MatrixFormat::kBF16, 75, 96, rng);
+  std::vector<uint8_t> copy(InterleavedTiles::Bytes(MatrixFormat::kBF16, 75, 96));
+  WeightMatrix w = t.w;
+  w.interleaved = Interleave(w, copy.data());
+  const int64_t block = InterleavedTiles::BlockBytes(MatrixFormat::kBF16);
+  ASSERT_EQ(block, 16 * 64);
+  ASSERT_EQ(copy.size(), 5u * 3u * block);
+  for (int64_t row : {0, 15, 16, 74, 79}) {
+    for (int64_t g = 0; g < 3; ++g) {
+      const uint8_t* values = copy.data() + (row / 16 * 3 + g) * block + row % 16 * 64;
+      for (int64_t i = 0; i < 64; ++i) {
+        ASSERT_EQ(values[i], row < 75 ? t.w.data[row * 192 + g * 64 + i] : 0) << "row " << row << " group " << g;
+      }
+    }
+  }
+  const std::vector<float> x = MakeActivations(1, 96, rng);
+  for (const Target& target : Targets()) {
+    const std::vector<float> all = RunDense(target, w, x.data(), 1, true, 2);
+    ExpectSameBits(all, RunDense(target, t.w, x.data(), 1, true, 2), target.name + " in place");
+    for (int64_t begin : {int64_t{0}, int64_t{32}, int64_t{8}}) {
+      const WeightMatrix slice = w.RowSlice(begin, 75 - begin);
+      EXPECT_EQ(static_cast<bool>(slice.interleaved), begin % 16 == 0);
+      ExpectSameBits(RunDense(target, slice, x.data(), 1, true, 2), std::vector<float>(all.begin() + begin, all.end()),
+                     target.name + " rows from " + std::to_string(begin));
     }
   }
 }

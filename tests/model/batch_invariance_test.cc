@@ -55,14 +55,14 @@ std::vector<std::vector<std::vector<float>>> RunAlone(const Model& model, const 
   return out;
 }
 
-// The interleaved copies of the FP8/FP4 matrices (Model::InterleaveQuantizedMatrices) change
+// The interleaved copies of the FP8/FP4 matrices and the head (Model::InterleaveMatrices) change
 // where the kernels read, not what they compute: every chunk's logits keep their bits.
 TEST(BatchInvariance, InterleavedWeightsGiveTheSameBits) {
   const std::unique_ptr<Model> in_place = Model::Load(ModelDir("tiny-a"));
   const std::unique_ptr<Model> interleaved = Model::Load(ModelDir("tiny-a"));
-  const Model::InterleaveReport report = interleaved->InterleaveQuantizedMatrices([](MatrixFormat) { return true; });
+  const Model::InterleaveReport report = interleaved->InterleaveMatrices([](MatrixFormat) { return true; });
   ASSERT_GT(report.matrices, 0);
-  EXPECT_EQ(interleaved->InterleaveQuantizedMatrices([](MatrixFormat) { return true; }).bytes, report.bytes)
+  EXPECT_EQ(interleaved->InterleaveMatrices([](MatrixFormat) { return true; }).bytes, report.bytes)
       << "a second call does nothing";
   const std::vector<Plan> plans = MakePlans(in_place->config().vocab_size, 11);
   ThreadPool pool(2);

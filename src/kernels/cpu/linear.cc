@@ -112,6 +112,7 @@ bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format) {
     case MatrixFormat::kFP8Block32:
       return ChooseBf16Dot() != Bf16Dot::kNone;
     case MatrixFormat::kFP4Row32:
+    case MatrixFormat::kBF16:
       return ChooseBf16Dot() == Bf16Dot::kQuantized;
     default:
       return false;

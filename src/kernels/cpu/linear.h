@@ -30,10 +30,12 @@ void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const Cp
 // Which kernels the calls above run at `isa` on this CPU, in words (logged by `bench`).
 std::string_view LinearKernelsName(IsaLevel isa);
 
-// Whether QuantizedLinear at `isa` on this CPU reads the interleaved copy (InterleavedTiles) of a
-// `format` matrix that has one: where the GEMV runs on vdpbf16ps (AVX-512: FP8 on every plan that
-// has it, FP4 on the AMD one). Elsewhere the GEMV reads the matrix in place, and a copy would only
-// add to what is read (the bits are the same either way).
+// Whether the GEMV (M = 1) of QuantizedLinear / DenseLinear at `isa` on this CPU reads the
+// interleaved copy (InterleavedTiles) of a `format` matrix that has one, and should be given one:
+// FP8 and FP4 where the GEMV runs on vdpbf16ps (AVX-512: FP8 on every plan that has it, FP4 on the
+// AMD one); BF16 (the output head, on FMAs) on the AMD plan, where it was measured faster. The
+// AVX-512 kernels read a BF16 copy on any plan; elsewhere the GEMV reads the matrix in place, and
+// a copy would only add to what is read (the bits are the same either way).
 bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format);
 
 }  // namespace deepinfer
