@@ -24,15 +24,19 @@ struct Source {
   throw StructuredOutputError(field, message);
 }
 
-// Runs `compile`, turning its Error into one about `field` (`where` prefixes the message).
+// Runs `compile`, turning its Error into one about `field` (`where` prefixes the message). A JSON
+// type exception that a compiler's checks missed becomes such an error too, not a crash.
 template <typename F>
 std::shared_ptr<const Grammar> Guard(const std::string& field, const std::string& where, F&& compile) {
+  const std::string prefix = where.empty() ? "" : where + ": ";
   try {
     return compile();
   } catch (const StructuredOutputError&) {
     throw;
   } catch (const Error& e) {
-    Fail(field, (where.empty() ? "" : where + ": ") + e.what());
+    Fail(field, prefix + e.what());
+  } catch (const Json::exception& e) {
+    Fail(field, prefix + "unexpected JSON structure (" + e.what() + ")");
   }
 }
 

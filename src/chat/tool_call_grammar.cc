@@ -135,7 +135,7 @@ std::shared_ptr<const Grammar> CompileToolCallGrammar(const Json& tools, const T
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "]";
     const Json& tool = tools[i];
-    if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+    if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" || !tool.contains("function") ||
         !tool["function"].is_object()) {
       throw MakeError(where, ": expected {\"type\": \"function\", \"function\": {...}}");
     }

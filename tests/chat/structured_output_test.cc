@@ -139,6 +139,14 @@ TEST(ToolCallGrammarTest, ForcedChoicesAndErrors) {
   EXPECT_THAT(error(Json::array(), ToolCallChoice{}), HasSubstr("non-empty tools array"));
   EXPECT_THAT(error(Json::parse(R"([{"type": "function", "function": {"name": "a b"}}])"), ToolCallChoice{}),
               HasSubstr("tools[0].function.name"));
+  // A "type" that is not a string is an error naming the tool, not a JSON type exception (a
+  // fuzzer found it; corpus/chat_request/tool_type_array.json).
+  for (const char* type : {R"([{"role": "user"}])", "7", "null", R"({"a": 1})"}) {
+    EXPECT_THAT(
+        error(Json::parse(std::string(R"([{"type": )") + type + R"(, "function": {"name": "f"}}])"), ToolCallChoice{}),
+        HasSubstr("tools[0]: expected {\"type\": \"function\""))
+        << type;
+  }
   EXPECT_THAT(
       error(Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
                   {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": true}}}}}])"),
