@@ -502,6 +502,10 @@ template <MatrixFormat F>
 // as TileFma<kBF16, 16, 1> on those rows. The in-place tile reads 16 row streams, which took the
 // 129280 x 5120 head to ~85% of the read bandwidth on Zen 4; one stream reads it at ~100%
 // (a standalone test, 2 threads: 38-41 against 46-48 GB/s with the probe at 43-47).
+// Its prefetch runs further ahead than the FP8/FP4 tiles' (which are core-bound): one stream per
+// core at ~30 GB/s needs more bytes in flight. On the slice, batch 1, in the host's fast phases
+// (probe ~80 GB/s) 2 KB ahead made the step 3-5% slower than the in-place head, 8 KB as fast.
+constexpr int64_t kInterleavedBf16Prefetch = 8192;
 [[gnu::noinline]] void TileFmaInterleavedBf16(const uint8_t* tile, const float* x, int64_t groups, float* out) {
   constexpr int kRows = InterleavedTiles::kRows;
   constexpr int64_t kBlock = InterleavedTiles::BlockBytes(MatrixFormat::kBF16);
@@ -512,7 +516,7 @@ template <MatrixFormat F>
   const uint8_t* block = tile;
   for (int64_t g = 0; g < groups; ++g) {
     const __m512 xe = _mm512_load_ps(x + g * kGroup), xo = _mm512_load_ps(x + g * kGroup + 16);
-    const char* ahead = reinterpret_cast<const char*>(block) + kInterleavedPrefetch;
+    const char* ahead = reinterpret_cast<const char*>(block) + kInterleavedBf16Prefetch;
 #pragma GCC unroll 16
     for (int line = 0; line < kBlock / 64; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
 #pragma GCC unroll 16
