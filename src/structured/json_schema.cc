@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "core/error.h"
@@ -123,11 +125,15 @@ template <typename... Args>
 std::optional<int64_t> Count(const Json& schema, const char* key, const std::string& pointer) {
   const auto it = schema.find(key);
   if (it == schema.end()) return std::nullopt;
-  const bool integral = it->is_number_integer() ||
-                        (it->is_number_float() && it->get<double>() == static_cast<int64_t>(it->get<double>()));
-  if (!it->is_number() || !integral || it->get<double>() < 0) {
-    Fail(pointer, "\"", key, "\" must be a non-negative integer, got ", it->dump());
-  }
+  // The int64_t range is checked before any conversion: casting a double at or past 2^63 (a
+  // fuzzer sent 9.1e126) is undefined, and unsigned values past INT64_MAX would turn negative.
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  const bool fits = it->is_number_unsigned()  ? it->get<uint64_t>() <= uint64_t{INT64_MAX}
+                    : it->is_number_integer() ? it->get<int64_t>() >= 0
+                    : it->is_number_float()   ? it->get<double>() >= 0 && it->get<double>() < kTwoTo63 &&
+                                                  it->get<double>() == std::floor(it->get<double>())
+                                            : false;
+  if (!fits) Fail(pointer, "\"", key, "\" must be a non-negative integer below 2^63, got ", it->dump());
   return it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
 }
 

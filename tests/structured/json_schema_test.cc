@@ -287,6 +287,19 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreNamed) {
   EXPECT_THAT(ErrorOf(R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})"), HasSubstr("alternatives 0 and 1"));
   EXPECT_THAT(ErrorOf(R"({"type": "string", "minLength": -1})"),
               HasSubstr("\"minLength\" must be a non-negative integer"));
+  // Counts past int64_t are refused before any conversion (a fuzzer's 9.1e126 was an undefined
+  // double -> int64_t cast); 2^63 - 1 as an integer and 2^62 as a double are counts, too large
+  // for a grammar.
+  for (const char* count : {"9.1e126", "9223372036854775808", "18446744073709551615", "9.3e18", "2.5"}) {
+    EXPECT_THAT(ErrorOf(std::string(R"({"type": "string", "maxLength": )") + count + "}"),
+                HasSubstr("\"maxLength\" must be a non-negative integer below 2^63"))
+        << count;
+  }
+  for (const char* count : {"9223372036854775807", "4.611686018427387904e18"}) {
+    EXPECT_THAT(ErrorOf(std::string(R"({"type": "string", "maxLength": )") + count + "}"),
+                HasSubstr("the grammar is too large"))
+        << count;
+  }
   EXPECT_THAT(ErrorOf(R"({"properties": {"a": 5}})"), HasSubstr("#/properties/a: expected a schema"));
   // Keys are the user's text: a newline in one does not make a multi-line message.
   EXPECT_EQ(ErrorOf(R"({"properties": {"a\nb": {"x\ny": 1}}})"),
