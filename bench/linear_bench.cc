@@ -342,7 +342,9 @@ void RunLinear(benchmark::State& state, MatrixFormat f, int64_t n, int64_t k, Pa
   if ((path == Path::kAvx512Fp8Dot || all_dot) && !HasBf16()) return state.SkipWithError("needs AVX512-BF16");
   const bool streaming = m <= 16;  // GEMV: stream >= 1 GiB of weights; GEMM: one copy, compute-bound
   const bool interleave = path == Path::kInterleaved || path == Path::kInterleavedAllDot;
-  if (interleave && !InterleavedTiles::Takes(f)) return state.SkipWithError("interleaving is for FP8/FP4/BF16");
+  if (interleave && !InterleavedTiles::Takes(f, k)) {
+    return state.SkipWithError("interleaving is for FP8/FP4/BF16 with K a multiple of 32");
+  }
   const Weights& weights = GetWeights(f, n, k, streaming, misalign, interleave);
   const std::vector<float> x = Activations(m, k);
   std::vector<float> y(m * n);

@@ -13,8 +13,8 @@ namespace deepinfer {
 // model runs (Model::InterleaveMatrices):
 //   kInPlace     read from the checkpoint mapping, so a model larger than memory pages from disk;
 //   kInterleaved copied at load time into the row-interleaved layout (InterleavedTiles), which
-//                the AVX-512 GEMV reads at up to twice the speed: anonymous memory as
-//                large as those matrices, and one pass over them at load;
+//                the AVX-512 GEMV reads at up to twice the speed: anonymous memory as large
+//                as those matrices, and one pass over them at load;
 //   kAuto        interleaved where this CPU's kernels read the copy (LinearReadsInterleaved, per
 //                format) and the checkpoint takes at most half of the machine's memory, else in
 //                place.
@@ -31,10 +31,9 @@ inline WeightLayout ParseWeightLayoutFlag(const std::string& value) {
 template <typename Options>
 Flag<Options> WeightLayoutFlag() {
   return {"--weight-layout", "LAYOUT",
-          "FP8/FP4 GEMM weights and a BF16 head: in-place (read from the checkpoint mapping), interleaved (a load-time "
-          "copy the "
-          "AVX-512 kernels read up to 2x faster) or auto (default: interleaved where the kernels read it and the "
-          "model fits in half of memory)",
+          "FP8/FP4 GEMM weights and a BF16 head: in-place (read from the checkpoint mapping), interleaved (a "
+          "load-time copy the AVX-512 kernels read up to 2x faster) or auto (default: interleaved where the kernels "
+          "read it and the model fits in half of memory)",
           [](Options& o, const std::string& v) { o.weight_layout = ParseWeightLayoutFlag(v); }};
 }
 

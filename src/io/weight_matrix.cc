@@ -111,7 +111,7 @@ WeightMatrix WeightMatrix::RowSlice(int64_t begin, int64_t count) const {
 }
 
 InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
-  DI_CHECK(InterleavedTiles::Takes(w.format) && w.cols % kQuantBlock == 0,
+  DI_CHECK(InterleavedTiles::Takes(w.format, w.cols),
            "Interleave takes an FP8/FP4/BF16 matrix with K a multiple of 32");
   const bool fp4 = w.format == MatrixFormat::kFP4Row32;
   const int64_t groups = w.cols / kQuantBlock, group_bytes = InterleavedTiles::GroupBytes(w.format),

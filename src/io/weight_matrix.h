@@ -66,9 +66,10 @@ struct InterleavedTiles {
   static constexpr int64_t GroupBytes(MatrixFormat f) {
     return f == MatrixFormat::kFP4Row32 ? 16 : f == MatrixFormat::kFP8Block32 ? 32 : 64;
   }
-  // The formats a copy can be made of.
-  static constexpr bool Takes(MatrixFormat f) {
-    return f == MatrixFormat::kFP4Row32 || f == MatrixFormat::kFP8Block32 || f == MatrixFormat::kBF16;
+  // The matrices a copy can be made of: FP8/FP4/BF16 with K a multiple of the 32-column group.
+  static constexpr bool Takes(MatrixFormat f, int64_t cols) {
+    return (f == MatrixFormat::kFP4Row32 || f == MatrixFormat::kFP8Block32 || f == MatrixFormat::kBF16) &&
+           cols % kQuantBlock == 0;
   }
   static constexpr int64_t BlockBytes(MatrixFormat f) {
     return f == MatrixFormat::kFP4Row32 ? kRows + kRows * GroupBytes(f) : kRows * GroupBytes(f);

@@ -134,9 +134,7 @@ Model::InterleaveReport Model::InterleaveMatrices(const std::function<bool(Matri
   const auto start = std::chrono::steady_clock::now();
   InterleaveReport report;
   auto interleave = [&](WeightMatrix& w) {
-    if (!InterleavedTiles::Takes(w.format) || w.cols % kQuantBlock != 0 || w.empty() || w.interleaved ||
-        !wanted(w.format))
-      return;
+    if (!InterleavedTiles::Takes(w.format, w.cols) || w.empty() || w.interleaved || !wanted(w.format)) return;
     const uint64_t bytes = InterleavedTiles::Bytes(w.format, w.rows, w.cols);
     interleaved_.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
     w.interleaved = Interleave(w, interleaved_.back().get());

@@ -139,8 +139,9 @@ class Model {
   // formats `wanted` accepts, into the row-interleaved layout (InterleavedTiles,
   // io/weight_matrix.h) that the AVX-512 GEMV tiles read as one stream per 16 rows. The copy is
   // anonymous memory as large as those matrices, so the model no longer pages them from disk; the
-  // in-place views stay valid for the other kernels. Call before the first Forward, not concurrently with one; a second
-  // call does nothing. A checkpoint file truncated while mapped is an Error naming the file.
+  // in-place views stay valid for the other kernels. Call before the first Forward, not
+  // concurrently with one; a second call does nothing. A checkpoint file truncated while mapped
+  // is an Error naming the file.
   struct InterleaveReport {
     int64_t matrices = 0;
     uint64_t bytes = 0;

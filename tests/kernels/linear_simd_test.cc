@@ -69,7 +69,7 @@ std::vector<Target> Targets() {
 // allow one.
 WeightMatrix ForTarget(const Target& t, const WeightMatrix& in_place, std::vector<uint8_t>& storage) {
   WeightMatrix w = in_place;
-  if (t.interleave && InterleavedTiles::Takes(w.format) && w.cols % kQuantBlock == 0 && !w.interleaved) {
+  if (t.interleave && InterleavedTiles::Takes(w.format, w.cols) && !w.interleaved) {
     storage.resize(InterleavedTiles::Bytes(w.format, w.rows, w.cols));
     w.interleaved = Interleave(w, storage.data());
   }

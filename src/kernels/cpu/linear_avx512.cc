@@ -577,8 +577,8 @@ constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
 // the previous tile's row ended - kNR long sequential streams, which the hardware prefetchers
 // follow (contiguous tiles of 2.5 KB FP4 rows ran ~25% slower). FP8 slices are multiples of 32
 // rows, so that the rows of a tile walk their blocks' scales with one stride as well.
-// Weight rows [n_begin, n_end) of an interleaved FP8/FP4 matrix (n_begin starts a tile), M = 1.
-// FP8/FP4 on vdpbf16ps (TileDpInterleaved), BF16 on FMAs (TileFmaInterleavedBf16).
+// Weight rows [n_begin, n_end) of an interleaved matrix (n_begin starts a tile), M = 1: FP8/FP4
+// on vdpbf16ps (TileDpInterleaved), BF16 on FMAs (TileFmaInterleavedBf16).
 template <MatrixFormat F>
 void StreamInterleaved(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr int64_t kRows = InterleavedTiles::kRows;
