@@ -479,6 +479,9 @@ BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304, MatrixFormat::kFP4Row32, 5120
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_interleaved, MatrixFormat::kFP4Row32, 5120, 2304, Path::kInterleaved,
                   true)
     ->Args({1, 2})
+    ->Args({4, 2})
+    ->Args({6, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -510,6 +513,8 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280_interleaved, MatrixFormat::kFP8
                   Path::kInterleaved, true)
     ->Args({1, 2})
     ->Args({4, 2})
+    ->Args({6, 2})
+    ->Args({8, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);
@@ -569,6 +574,13 @@ BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_interleaved, MatrixFormat::kB
                   false)
     ->Args({1, 1})
     ->Args({1, 2})
+    ->Args({2, 2})
+    ->Args({4, 2})
+    ->Args({5, 2})
+    ->Args({6, 2})
+    ->Args({8, 2})
+    ->Args({12, 2})
+    ->Args({16, 2})
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)
     ->Args({512, 2})

@@ -124,14 +124,18 @@ InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
       uint8_t* block = out + (t * groups + g) * block_bytes;
       for (int64_t i = 0; i < InterleavedTiles::kRows; ++i) {
         const int64_t row = t * InterleavedTiles::kRows + i;
-        uint8_t* codes = block + codes_at + i * group_bytes;
-        if (row >= w.rows) {
-          if (fp4) block[i] = 0;
-          std::memset(codes, 0, group_bytes);
-          continue;
+        const uint8_t* from = w.data + row * row_bytes + g * group_bytes;
+        // FP8 rows alternate in 8-byte runs; the other formats keep each row's bytes together.
+        const int64_t run = w.format == MatrixFormat::kFP8Block32 ? 8 : group_bytes;
+        for (int64_t b = 0; b < group_bytes; b += run) {
+          uint8_t* to = block + codes_at + InterleavedTiles::ByteOffset(w.format, i, b);
+          if (row < w.rows) {
+            std::memcpy(to, from + b, run);
+          } else {
+            std::memset(to, 0, run);
+          }
         }
-        std::memcpy(codes, w.data + row * row_bytes + g * group_bytes, group_bytes);
-        if (fp4) block[i] = w.scales[row * groups + g];
+        if (fp4) block[i] = row < w.rows ? w.scales[row * groups + g] : 0;
       }
     }
   }

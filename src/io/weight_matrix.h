@@ -41,14 +41,18 @@ static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
               ScaleBlockOf(MatrixFormat::kFP4Row32).cols == kQuantBlock);
 
 // A copy of an FP8/FP4 or BF16 matrix with its rows interleaved in tiles of 16, for the AVX-512
-// GEMV tiles (M = 1): a tile reads one sequential stream at constant offsets, where in place it
+// GEMV tiles (M = 1, and some M <= 8): a tile reads one sequential stream at constant offsets, where in place it
 // reads 16 row streams (and, FP4, 16 scale streams) with a pointer step per row and group. Tile t
 // holds rows [16t, 16t + 16), the last one padded with zero rows; its block for group g (32
 // columns) starts at data + (t * groups + g) * BlockBytes(format):
 //   kFP4Row32   bytes [0, 16)           the 16 rows' ue8m0 scales of the group
 //               bytes [16 + 16i, +16)   row 16t + i's 16 bytes of the group, packed as in place
-//   kFP8Block32 bytes [32i, 32i + 32)   row 16t + i's 32 codes of the group; the scales stay in
-//                                       place (a tile lies inside one 32-row scale block)
+//   kFP8Block32 bytes [64p, 64p + 64)   rows 16t + 2p and 16t + 2p + 1, their 32 codes of the
+//                                       group in alternating 8-byte runs (first row's bytes 0-7,
+//                                       second row's 0-7, first row's 8-15, ...), so that two byte
+//                                       unpacks of a decoded pair give both rows in order; the
+//                                       scales stay in place (a tile lies inside one 32-row scale
+//                                       block)
 //   kBF16       bytes [64i, 64i + 64)   row 16t + i's 32 bf16 values of the group
 // The kernels compute the same operations either way (same bits); the in-place data and scales
 // stay valid and are what every other path reads.
@@ -77,6 +81,11 @@ struct InterleavedTiles {
   static int64_t Tiles(int64_t rows) { return (rows + kRows - 1) / kRows; }
   static uint64_t Bytes(MatrixFormat f, int64_t rows, int64_t cols) {
     return static_cast<uint64_t>(Tiles(rows)) * static_cast<uint64_t>(cols / 32) * BlockBytes(f);
+  }
+  // Where byte `b` of tile row `i`'s bytes of a group sits in the block (past the FP4 scales).
+  static constexpr int64_t ByteOffset(MatrixFormat f, int64_t i, int64_t b) {
+    if (f == MatrixFormat::kFP8Block32) return 64 * (i / 2) + 16 * (b / 8) + 8 * (i % 2) + b % 8;
+    return i * GroupBytes(f) + b;
   }
 };
 

@@ -674,6 +674,75 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
   }
 }
 
+// Sums whose value depends on the order of their terms: in every weight row the first column of
+// each group holds 0, +-1 or +-2^26 (at scale 2^0 or 2^26), the rest are zero, and the activations
+// are all 1. A row's +-2^26 terms cancel in total, and each +-1 survives only where the running
+// sum of them is 0 when it comes (2^26 + 1 rounds back to 2^26), so the row's result is a small
+// integer that depends on the order of the groups; random operands make nearly every fp32 sum
+// exact or bury a reordering under the bf16 rounding. Any change of the group order inside a lane,
+// across K chunks, tiles, passes or M, shows here. 64 groups give the interleaved multi-row tiles
+// several K chunks, 80 rows five tiles and a partial FP8 scale block.
+TEST(LinearSimd, CancellingSumsPinTheGroupOrder) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(29);
+  constexpr int64_t kN = 80, kGroups = 64, kBigGroups = 8, kK = kGroups * kQuantBlock, kM = 16;
+  // Which groups of a row hold +-2^26: kBigGroups of them, half of each sign.
+  auto big_groups = [&] {
+    std::vector<int> sign(kGroups, 0);
+    for (int64_t i = 0; i < kBigGroups; ++i) sign[i] = i % 2 == 0 ? 1 : -1;
+    std::shuffle(sign.begin(), sign.end(), rng);
+    return sign;
+  };
+  for (const MatrixFormat format : {MatrixFormat::kFP8Block32, MatrixFormat::kFP4Row32, MatrixFormat::kBF16}) {
+    const bool fp8 = format == MatrixFormat::kFP8Block32, dense = format == MatrixFormat::kBF16;
+    TestMatrix t;
+    const int64_t scale_rows = fp8 ? (kN + kQuantBlock - 1) / kQuantBlock : kN;
+    t.scales.assign(dense ? 0 : scale_rows * kGroups, 127);
+    t.data.assign(fp8 ? kN * kK : dense ? kN * kK * 2 : kN * kK / 2, 0);
+    std::vector<int> big;
+    for (int64_t n = 0; n < kN; ++n) {
+      // FP8 rows share their block's scales, so the block's rows share the big groups too.
+      if (!fp8 || n % kQuantBlock == 0) big = big_groups();
+      for (int64_t g = 0; g < kGroups; ++g) {
+        const int64_t col = g * kQuantBlock;  // pair 0's even member in every format
+        int sign = big[g];
+        if (!dense && big[g] != 0) t.scales[(fp8 ? n / kQuantBlock : n) * kGroups + g] = 127 + 26;
+        if (sign == 0) {
+          if (rng() % 5 < 2) continue;
+          sign = rng() % 2 == 0 ? 1 : -1;
+        }
+        if (fp8) {
+          t.data[n * kK + col] = sign < 0 ? 0xb8 : 0x38;  // e4m3 -+1
+        } else if (!dense) {
+          t.data[(n * kK + col) / 2] = sign < 0 ? 0xa : 0x2;  // e2m1 -+1 in the low nibble
+        } else {
+          const bf16_t b = FloatToBF16(static_cast<float>(sign) * (big[g] != 0 ? 0x1p26f : 1.0f));
+          std::memcpy(t.data.data() + 2 * (n * kK + col), &b, 2);
+        }
+      }
+    }
+    t.w = WeightMatrix{format, kN, kK, t.data.data(), dense ? nullptr : t.scales.data()};
+    if (dense) t.w.bf16_exponents = ScanBf16Exponents(t.w);
+    const std::vector<float> x(kM * kK, 1.0f);
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) {
+      const std::vector<float> expected = CanonicalLinear(t.w, x.data(), m, dense, !dense);
+      // The operands did what they are for: small integer results, many of them nonzero.
+      const int64_t nonzero = std::count_if(expected.begin(), expected.end(), [](float v) { return v != 0; });
+      ASSERT_GT(nonzero, static_cast<int64_t>(expected.size()) / 5);
+      for (const float v : expected) ASSERT_LT(std::fabs(v), 1024.0f);
+      for (const Target& target : Targets()) {
+        for (int threads : {1, 2}) {
+          const std::vector<float> ours = dense ? RunDense(target, t.w, x.data(), m, false, threads)
+                                                : RunQuantized(target, t.w, x.data(), m, threads);
+          ExpectSameBits(ours, expected,
+                         target.name + " format " + std::to_string(static_cast<int>(format)) +
+                             " M=" + std::to_string(m) + " threads " + std::to_string(threads));
+        }
+      }
+    }
+  }
+}
+
 // Dense BF16 / FP8 weights with bf16-exact activations: on the Zen 4 plan they run on vdpbf16ps
 // where the exponent ranges prove it exact, on FMAs otherwise, and every target gives the canonical
 // sequence's bits either way. The tiny operands below make products subnormal in fp32, which FMAs
@@ -763,10 +832,13 @@ TEST(LinearSimd, InterleavedCopyAndItsRowSlices) {
     for (int64_t row : {0, 15, 16, 74, 79}) {
       for (int64_t g = 0; g < 3; ++g) {
         const uint8_t* b = copy.data() + (row / 16 * 3 + g) * block;
-        const uint8_t* codes = b + (fp4 ? 16 : 0) + row % 16 * group_bytes;
-        for (int64_t i = 0; i < group_bytes; ++i) {
-          const uint8_t expected = row < 75 ? t.w.data[row * (fp4 ? 48 : 96) + g * group_bytes + i] : 0;
-          ASSERT_EQ(codes[i], expected) << "format " << static_cast<int>(f) << " row " << row << " group " << g;
+        const int64_t i = row % 16;
+        for (int64_t byte = 0; byte < group_bytes; ++byte) {
+          // FP4: the row's 16 bytes after the 16 scales; FP8: row pairs in alternating 8-byte runs.
+          const int64_t at = fp4 ? 16 + i * 16 + byte : 64 * (i / 2) + 16 * (byte / 8) + 8 * (i % 2) + byte % 8;
+          ASSERT_EQ(InterleavedTiles::ByteOffset(f, i, byte) + (fp4 ? 16 : 0), at);
+          const uint8_t expected = row < 75 ? t.w.data[row * (fp4 ? 48 : 96) + g * group_bytes + byte] : 0;
+          ASSERT_EQ(b[at], expected) << "format " << static_cast<int>(f) << " row " << row << " group " << g;
         }
         if (fp4) {
           ASSERT_EQ(b[row % 16], row < 75 ? t.w.scales[row * 3 + g] : 0) << "scale of row " << row;

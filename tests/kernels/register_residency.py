@@ -22,13 +22,15 @@ import sys
 # Demangled-name patterns (after the cleanup in short_name).
 REQUIRED = {
     "AVX-512 vdpbf16ps GEMV tiles": re.compile(r"^TileDp(Interleaved)?<"),
+    "AVX-512 interleaved multi-row tiles": re.compile(r"^TileInterleavedRows<"),
+    "AVX-512 interleaved BF16 FMA GEMV tile": re.compile(r"^TileFmaInterleavedBf16$"),
     "AVX-512 FP4 FMA GEMV tiles": re.compile(r"^TileFma<FP4Row32,"),
     "AVX-512 fp32 GEMM micro-kernel": re.compile(r"^Micro<float>"),
     "AVX-512 vdpbf16ps GEMM micro-kernels": re.compile(r"^(MicroDpMx4<|Micro<unsigned int>)"),
     "AVX2 GEMM tile": re.compile(r"^GemmTile$"),
     "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads|WeightedSumColumns)<"),
 }
-KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileFma|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|WeightedSumForHeads|WeightedSumColumns)\b")
+KERNEL = re.compile(r"^(TileDp|TileDpInterleaved|TileInterleavedRows|TileFma|TileFmaInterleavedBf16|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|WeightedSumForHeads|WeightedSumColumns)\b")
 
 
 def matrix_formats():

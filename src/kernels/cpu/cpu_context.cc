@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx512 = false;
   bool avx512_bf16 = false;
+  bool avx512_vbmi = false;
   bool amd = false;
 };
 
@@ -41,6 +42,7 @@ CpuFeatures Detect() {
              avx512vl = ebx & (1u << 31);
   f.avx2 = avx2 && fma && f16c && ymm_saved;
   f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && zmm_saved;
+  f.avx512_vbmi = f.avx512 && (ecx & (1u << 1));
   unsigned eax1 = 0, ebx1, ecx1, edx1;
   if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1)) f.avx512_bf16 = f.avx512 && (eax1 & (1u << 5));
   return f;
@@ -75,6 +77,8 @@ IsaLevel DetectIsa() {
 }
 
 bool CpuHasAvx512Bf16() { return Detect().avx512_bf16; }
+
+bool CpuHasAvx512Vbmi() { return Detect().avx512_vbmi; }
 
 Bf16Dot ChooseBf16Dot() {
   const CpuFeatures f = Detect();

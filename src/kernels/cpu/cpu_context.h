@@ -21,6 +21,8 @@ std::optional<IsaLevel> ParseIsa(std::string_view name);  // "scalar", "avx2", "
 // present); the OS must save the wider registers (XCR0).
 IsaLevel DetectIsa();
 bool CpuHasAvx512Bf16();
+// AVX512-VBMI (byte permutes): the FP8 decode of the interleaved copy needs it.
+bool CpuHasAvx512Vbmi();
 
 // Where the AVX-512 linear kernels use vdpbf16ps. The bits are the same either way (it performs
 // exactly the canonical FMA pair, linear_simd.h); this is a speed choice by core kind:

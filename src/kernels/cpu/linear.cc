@@ -110,7 +110,7 @@ bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format) {
   if (isa != IsaLevel::kAvx512) return false;
   switch (format) {
     case MatrixFormat::kFP8Block32:
-      return ChooseBf16Dot() != Bf16Dot::kNone;
+      return ChooseBf16Dot() != Bf16Dot::kNone && CpuHasAvx512Vbmi();
     case MatrixFormat::kFP4Row32:
     case MatrixFormat::kBF16:
       return ChooseBf16Dot() == Bf16Dot::kQuantized;

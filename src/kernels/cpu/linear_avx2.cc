@@ -609,7 +609,7 @@ void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
 }
 
 struct Avx2 {
-  static constexpr int64_t StreamMaxM(MatrixFormat) { return kAvx2StreamMaxM; }
+  static constexpr int64_t StreamMaxM(const WeightMatrix&, Bf16Dot) { return kAvx2StreamMaxM; }
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t*) {
     return PrepareQuantized(f, x, k, xs);
   }

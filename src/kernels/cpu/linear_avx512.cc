@@ -3,7 +3,7 @@
 // linear_simd.h; every function here computes exactly that sequence.
 //
 // Two loop structures, chosen by M only (the results are the same bits either way):
-//   * M <= 16 (FP8: 8), "streaming" (GEMV): tiles of 16/8/4/3/2 weight rows x up to 8 activation rows; each
+//   * M <= 16 (FP8 in place: 8), "streaming" (GEMV): tiles of 16/8/4/3/2 weight rows x up to 8 activation rows; each
 //     weight group is decoded once, in registers, and used for all the tile's rows (M > 8: two
 //     passes over L2-sized blocks of weight rows). The weights are read from DRAM once per call,
 //     with software prefetch ahead of every tile row.
@@ -46,6 +46,12 @@ struct Avx512;
 float Finish(float sum, bool round) { return linear_simd::Finish<Avx512>(sum, round); }
 
 constexpr int kMaxTileN = 16;  // weight rows per streaming tile (M = 1)
+
+// Whether this CPU has AVX512-VBMI, which the FP8 decode of the interleaved copy needs; read once.
+bool Avx512Vbmi() {
+  static const bool has = CpuHasAvx512Vbmi();
+  return has;
+}
 
 // ---- small vector helpers ------------------------------------------------------------------
 
@@ -216,47 +222,63 @@ inline __m512i DecodeE4M3(const uint8_t* p, uint8_t scale) {
   return DecodeE4M3Bytes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), scale);
 }
 
-// The same decode as a lookup: kFp8Bf16[s] holds DecodeE4M3's word for each of the 128
-// magnitudes at scale byte s (normal, subnormal and NaN alike), four registers of 32 words, so a
-// group costs a widening load, two vpermt2w, a blend on bit 6 and the sign (6 operations where
-// DecodeE4M3Bytes takes 10). It pays where rows share a scale and the four table registers are
-// loaded once for all of them: the 16 rows of an interleaved tile (64 KiB of tables; the few
-// scale bytes a matrix uses stay hot). Measured on Zen 4, one core, weights in L3: 22 GB/s of
-// FP8 against 16 GB/s.
-struct Fp8Bf16TableSet {
-  alignas(64) uint16_t t[256][128];
+// The same decode as two byte lookups, for the interleaved copy, whose FP8 blocks hold row pairs
+// with their 8-byte runs alternating (InterleavedTiles): kFp8Bf16Bytes[s] holds the high and low
+// byte of DecodeE4M3's word for each of the 128 magnitudes at scale byte s (normal, subnormal and
+// NaN alike), two registers each, and one 64-byte load of a pair decodes as two vpermt2b (7 index
+// bits: the magnitude; the sign bit is ignored), the sign into the high bytes and two byte unpacks,
+// which put the pair's runs back in order. DecodeE4M3Bytes takes 10 operations per row and group,
+// a word table 6 (two vpermt2w, a mask test and a blend on the shuffle ports that vdpbf16ps also
+// needs); this takes 2.5, and the unpacks and logic run beside vdpbf16ps. Measured on Zen 4, one
+// core, a 16-row tile hot in L2, M = 1: 2.3 cycles per row and group, against 4.4 with the word
+// table. The tables need the scale shared by the rows they decode: the 16 rows of an interleaved
+// tile (64 KiB of tables; the few scale bytes a matrix uses stay hot). vpermt2b is AVX512-VBMI
+// (Zen 4, Intel since Ice Lake); without it the kernels read FP8 in place (Avx512Vbmi()).
+struct Fp8Bf16ByteTableSet {
+  alignas(64) uint8_t high[256][128];
+  alignas(64) uint8_t low[256][128];
 };
-constexpr Fp8Bf16TableSet MakeFp8Bf16Tables() {
-  Fp8Bf16TableSet set{};
+constexpr Fp8Bf16ByteTableSet MakeFp8Bf16ByteTables() {
+  Fp8Bf16ByteTableSet set{};
   for (int scale = 0; scale < 256; ++scale) {
     const uint16_t bias = static_cast<uint16_t>(kFp8Consts.bias[scale] & 0xffff);
     for (int mag = 0; mag < 128; ++mag) {
-      set.t[scale][mag] = mag == 0x7f ? uint16_t{0x7fc0}
-                          : mag < 8   ? kFp8Consts.subnormal[scale][mag]
-                                      : static_cast<uint16_t>((mag << 4) + bias);
+      const uint16_t word = mag == 0x7f ? uint16_t{0x7fc0}
+                            : mag < 8   ? kFp8Consts.subnormal[scale][mag]
+                                        : static_cast<uint16_t>((mag << 4) + bias);
+      set.high[scale][mag] = static_cast<uint8_t>(word >> 8);
+      set.low[scale][mag] = static_cast<uint8_t>(word & 0xff);
     }
   }
   return set;
 }
-constexpr Fp8Bf16TableSet kFp8Bf16 = MakeFp8Bf16Tables();
+constexpr Fp8Bf16ByteTableSet kFp8Bf16Bytes = MakeFp8Bf16ByteTables();
 
-struct Fp8Table {
-  explicit Fp8Table(uint8_t scale)
-      : q0(_mm512_load_si512(kFp8Bf16.t[scale])),
-        q1(_mm512_load_si512(kFp8Bf16.t[scale] + 32)),
-        q2(_mm512_load_si512(kFp8Bf16.t[scale] + 64)),
-        q3(_mm512_load_si512(kFp8Bf16.t[scale] + 96)) {}
-  __m512i q0, q1, q2, q3;  // magnitudes 0-31, 32-63, 64-95, 96-127
+struct Fp8PairTable {
+  explicit Fp8PairTable(uint8_t scale)
+      : high0(_mm512_load_si512(kFp8Bf16Bytes.high[scale])),
+        high1(_mm512_load_si512(kFp8Bf16Bytes.high[scale] + 64)),
+        low0(_mm512_load_si512(kFp8Bf16Bytes.low[scale])),
+        low1(_mm512_load_si512(kFp8Bf16Bytes.low[scale] + 64)) {}
+  __m512i high0, high1, low0, low1;  // magnitudes 0-63, 64-127
 };
 
-inline __m512i DecodeE4M3Table(const uint8_t* p, const Fp8Table& table) {
-  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  // vpermt2w reads index bits 0-5 (bit 5 picks the register); bit 6 picks the pair.
-  const __mmask32 upper = _mm512_test_epi16_mask(b, _mm512_set1_epi16(0x40));
-  const __m512i bits = _mm512_mask_blend_epi16(upper, _mm512_permutex2var_epi16(table.q0, b, table.q1),
-                                               _mm512_permutex2var_epi16(table.q2, b, table.q3));
-  return _mm512_ternarylogic_epi32(bits, _mm512_slli_epi16(b, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
-                                   0xf8);
+// vpermt2b through the assembler: this file is compiled without -mavx512vbmi (a compiler free to
+// use VBMI anywhere in it would break AVX-512 CPUs without it), and only runs this where the CPU
+// has VBMI. Returns the bytes of `table0:table1` (128 entries) that bits 0-6 of `index`'s bytes pick.
+inline __m512i PermuteBytes128(__m512i table0, __m512i index, __m512i table1) {
+  __asm__("vpermt2b %2, %1, %0" : "+v"(table0) : "v"(index), "v"(table1));
+  return table0;
+}
+
+// Rows 2p and 2p + 1 of one group of an interleaved FP8 block (their pair starts at `p`).
+inline void DecodeE4M3Pair(const uint8_t* p, const Fp8PairTable& table, __m512i& first, __m512i& second) {
+  const __m512i codes = _mm512_loadu_si512(p);
+  const __m512i high = _mm512_ternarylogic_epi32(PermuteBytes128(table.high0, codes, table.high1), codes,
+                                                 _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);  // | sign
+  const __m512i low = PermuteBytes128(table.low0, codes, table.low1);
+  first = _mm512_unpacklo_epi8(low, high);
+  second = _mm512_unpackhi_epi8(low, high);
 }
 
 // e2m1 * 2^(s-127) -> fp32, even and odd pair members directly: the 16 bytes are broadcast to the
@@ -408,6 +430,9 @@ struct FmaDecoder {
 constexpr int64_t kTileMaxM = 8;
 constexpr int64_t kPassBlockBytes = 256 << 10;
 constexpr int64_t StreamMaxRows(MatrixFormat f) { return f == MatrixFormat::kFP8Block32 ? kTileMaxM : 16; }
+// On the interleaved copy (DecodeE4M3Pair: 2.5 operations a row and group) two passes are faster
+// than the panels: wo_b 5120x8192 M = 12 / 16 3.80 / 4.22 ms against 4.17 / 5.02 ms.
+constexpr int64_t kInterleavedFp8StreamMaxM = 16;
 // BF16 GEMV tiles run on FMAs up to this M (a BF16 group needs no decode, and vdpbf16ps streamed
 // the head no faster at M = 1-2); beyond it 2 M FMAs per group make them core-bound, and they run
 // on vdpbf16ps where a call proves it exact.
@@ -461,8 +486,8 @@ void TileDp(const TileRows& t, const uint32_t* x, int64_t xstride, int64_t group
 // vdpbf16ps, the same operations as TileDp on those rows. A group's codes (and FP4 scales) of all
 // 16 rows are one block, so every row sits at a constant offset from one pointer and the tile is
 // a single stream, prefetched kInterleavedPrefetch ahead; FP8 rows share their scale, so its
-// decode table is loaded once per group for the tile (DecodeE4M3Table). `fp8_scales`: the
-// tile's scale row (FP8).
+// decode tables are loaded once per group for the tile (DecodeE4M3Pair; needs VBMI). `fp8_scales`:
+// the tile's scale row (FP8).
 constexpr int64_t kInterleavedPrefetch = 2048;  // bytes ahead in the stream (FP4: ~7 blocks, FP8: 4)
 
 template <MatrixFormat F>
@@ -481,17 +506,22 @@ template <MatrixFormat F>
     const char* ahead = reinterpret_cast<const char*>(block) + kInterleavedPrefetch;
 #pragma GCC unroll 8
     for (int line = 0; line < kPrefetchLines; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
-    // FP8: the tile's rows share the group's scale, and so its table (unused for FP4).
-    const Fp8Table table(kFp4 ? 0 : fp8_scales[g]);
+    if constexpr (kFp4) {
 #pragma GCC unroll 16
-    for (int n = 0; n < kRows; ++n) {
-      __m512i w;
-      if constexpr (kFp4) {
-        w = DecodeFp4Pairs(block + kRows + n * kCodes, block[n]);
-      } else {
-        w = DecodeE4M3Table(block + n * kCodes, table);
+      for (int n = 0; n < kRows; ++n) {
+        const __m512i w = DecodeFp4Pairs(block + kRows + n * kCodes, block[n]);
+        acc[n] = _mm512_dpbf16_ps(acc[n], (__m512bh)xv, (__m512bh)w);
       }
-      acc[n] = _mm512_dpbf16_ps(acc[n], (__m512bh)xv, (__m512bh)w);
+    } else {
+      // The tile's rows share the group's scale, and so its tables.
+      const Fp8PairTable table(fp8_scales[g]);
+#pragma GCC unroll 8
+      for (int n = 0; n < kRows; n += 2) {
+        __m512i first, second;
+        DecodeE4M3Pair(block + n * kCodes, table, first, second);
+        acc[n] = _mm512_dpbf16_ps(acc[n], (__m512bh)xv, (__m512bh)first);
+        acc[n + 1] = _mm512_dpbf16_ps(acc[n + 1], (__m512bh)xv, (__m512bh)second);
+      }
     }
     block += kBlock;
   }
@@ -527,6 +557,131 @@ constexpr int64_t kInterleavedBf16Prefetch = 8192;
     block += kBlock;
   }
   for (int n = 0; n < kRows; ++n) out[n] = ReduceLanes(acc[n]);
+}
+
+// 2-8 activation rows on the interleaved copy. The 16 rows of a tile need 16 x MR accumulators,
+// more than the registers hold, so the tile runs in sub-tiles of NR rows over K chunks of about
+// 8 KiB: every sub-tile passes over the chunk's blocks (from L1 after the first) with its MR x NR
+// accumulators in registers, parked between chunks. Each weight group is decoded once, by the
+// sub-tile that owns its row, and each accumulator lane sees the groups in K order: the same
+// operations, so the same bits, as the in-place tiles. The tiles of a thread's range are one
+// contiguous stream: while a chunk runs, its sub-tiles prefetch the next chunk into L1 and the one
+// kInterleavedFarPrefetch beyond into L2. Without the far prefetch the first sub-tile of each chunk
+// waited on DRAM (one thread, cold, M = 4: BF16 head rows 12 -> 26 GB/s, the in-place tiles' 16).
+template <MatrixFormat F>
+constexpr int64_t kInterleavedChunkGroups = 8192 / InterleavedTiles::BlockBytes(F);  // FP8 16, FP4 30, BF16 8
+constexpr int64_t kInterleavedFarPrefetch = 16384;
+
+// Rows per sub-tile: as many as keep MR x NR accumulators, the MR activation registers and the
+// decode's (FP8: 4 table registers and ~4 temporaries) in the 32 zmm registers; even, for the FP8
+// row pairs.
+constexpr int InterleavedSubTileRows(MatrixFormat f, int mr) {
+  return mr == 2 ? 8 : mr <= 4 || (f == MatrixFormat::kBF16 && mr <= 6) ? 4 : 2;
+}
+
+// Whether MR > 1 activation rows read the interleaved copy (else the in-place tiles), from
+// linear_bench-style runs on Zen 4, 2 threads, cold, best of ~1.5 s (ms; interleaved / in place):
+//   BF16 16384x5120  M = 2 / 4 / 8 / 16: 5.1 / 4.9 / 4.1 / 8.3 against 5.3 / 5.6 / 7.1 / 11.1
+//   FP8 5120x8192    M = 1 / 2 / 3 / 4: 1.15 / 0.87 / 1.15 / 1.17 against 1.85 / 1.44 / 1.53 / 1.65 (the
+//                    pair decode, DecodeE4M3Pair); M = 5 / 6 / 7 / 8, as 4 rows and the rest in two
+//                    passes: 1.78 / 1.91 / 1.99 / 2.11 against 1.81 / 2.07 / 2.24 / 2.50 (in one pass,
+//                    2-row sub-tiles reloading the tables per row pair: 2.19 / 2.46 / 2.92 / 2.51)
+//   FP4 2304x5120    M = 2 / 8 / 16: 0.190 / 0.502 / 0.986 against 0.195 / 0.544 / 1.058;
+//                    M = 4 / 6 / 12: 0.284 / 0.509 / 0.999 against 0.259 / 0.360 / 0.711
+// FMAs (BF16 that does not prove vdpbf16ps exact) take at most 4 rows: 2 x MR activation registers.
+constexpr bool InterleavedRowsWin(MatrixFormat f, int mr, bool dp) {
+  switch (f) {
+    case MatrixFormat::kBF16:
+      return dp || mr <= 4;
+    case MatrixFormat::kFP8Block32:
+      return dp;
+    case MatrixFormat::kFP4Row32:
+      return dp && (mr <= 2 || mr == 8);
+    case MatrixFormat::kF32:
+      break;
+  }
+  return false;
+}
+
+// FP8 / FP4, or BF16 proven exact, on vdpbf16ps (x: MR rows of bf16 pairs), or BF16 on FMAs (x:
+// MR canonical fp32 rows); xstride: the rows' distance in elements.
+template <MatrixFormat F, int MR, bool kDp>
+[[gnu::noinline]] void TileInterleavedRows(const uint8_t* tile, const uint8_t* fp8_scales,
+                                           const std::conditional_t<kDp, uint32_t, float>* x, int64_t xstride,
+                                           int64_t groups, float (*out)[kMaxTileN]) {
+  constexpr int NR = InterleavedSubTileRows(F, MR);
+  constexpr int kRows = InterleavedTiles::kRows, kSubTiles = kRows / NR;
+  constexpr int64_t kBlock = InterleavedTiles::BlockBytes(F), kCodes = InterleavedTiles::GroupBytes(F);
+  constexpr int64_t kChunk = kInterleavedChunkGroups<F>, kRowGroup = kDp ? 16 : kGroup;
+  // Prefetches per group and sub-tile: the next chunk's lines, spread evenly over the chunk.
+  constexpr int kPrefetches = static_cast<int>((kBlock + 64 * kSubTiles - 1) / (64 * kSubTiles));
+  __m512 park[kSubTiles][MR][NR];
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+    const int64_t g1 = std::min(groups, g0 + kChunk);
+    const char* next = reinterpret_cast<const char*>(tile + g1 * kBlock);
+    for (int s = 0; s < kSubTiles; ++s) {
+      __m512 acc[MR][NR];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+        for (int n = 0; n < NR; ++n) acc[r][n] = g0 == 0 ? _mm512_setzero_ps() : park[s][r][n];
+      const uint8_t* block = tile + g0 * kBlock;
+      for (int64_t g = g0; g < g1; ++g, block += kBlock) {
+#pragma GCC unroll 16
+        for (int i = 0; i < kPrefetches; ++i) {
+          _mm_prefetch(next + 64 * i, _MM_HINT_T0);
+          _mm_prefetch(next + kInterleavedFarPrefetch + 64 * i, _MM_HINT_T1);
+        }
+        next += 64 * kPrefetches;
+        // vdpbf16ps: xe holds the pairs; FMAs: the even and odd members.
+        __m512 xe[MR], xo[MR];
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          xe[r] = _mm512_load_ps(reinterpret_cast<const float*>(x + r * xstride + g * kRowGroup));
+          if constexpr (!kDp) xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
+        }
+        auto use = [&](int n, __m512i w) {
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) {
+            if constexpr (kDp) {
+              acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)_mm512_castps_si512(xe[r]), (__m512bh)w);
+            } else {
+              acc[r][n] = _mm512_fmadd_ps(xe[r], EvenOf(w), _mm512_fmadd_ps(xo[r], OddOf(w), acc[r][n]));
+            }
+          }
+        };
+        if constexpr (F == MatrixFormat::kFP8Block32) {
+          const Fp8PairTable table(fp8_scales[g]);
+#pragma GCC unroll 4
+          for (int n = 0; n < NR; n += 2) {  // NR is even: whole row pairs
+            __m512i first, second;
+            DecodeE4M3Pair(block + (s * NR + n) * kCodes, table, first, second);
+            use(n, first);
+            use(n + 1, second);
+          }
+        } else {
+#pragma GCC unroll 8
+          for (int n = 0; n < NR; ++n) {
+            const int row = s * NR + n;
+            if constexpr (F == MatrixFormat::kFP4Row32) {
+              use(n, DecodeFp4Pairs(block + kRows + row * kCodes, block[row]));
+            } else {
+              use(n, _mm512_loadu_si512(block + row * kCodes));
+            }
+          }
+        }
+      }
+      if (g1 == groups) {
+        for (int r = 0; r < MR; ++r)
+          for (int n = 0; n < NR; ++n) out[r][s * NR + n] = ReduceLanes(acc[r][n]);
+      } else {
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+          for (int n = 0; n < NR; ++n) park[s][r][n] = acc[r][n];
+      }
+    }
+  }
 }
 
 // NR weight rows x MR activation rows with FMAs; x: MR canonical fp32 rows, stride xstride.
@@ -579,20 +734,34 @@ constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
 // rows, so that the rows of a tile walk their blocks' scales with one stride as well.
 // Weight rows [n_begin, n_end) of an interleaved matrix (n_begin starts a tile), M = 1: FP8/FP4
 // on vdpbf16ps (TileDpInterleaved), BF16 on FMAs (TileFmaInterleavedBf16).
-template <MatrixFormat F>
+template <MatrixFormat F, int MR, bool kDp>
 void StreamInterleaved(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr int64_t kRows = InterleavedTiles::kRows;
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, tile_bytes = groups * InterleavedTiles::BlockBytes(F);
-  float out[kRows];
+  float out[MR][kMaxTileN];
   for (int64_t first = n_begin; first < n_end; first += kRows) {
     const uint8_t* tile = w.interleaved.data + first / kRows * tile_bytes;
-    if constexpr (F == MatrixFormat::kBF16) {
-      TileFmaInterleavedBf16(tile, job.xs, groups, out);
+    const uint8_t* fp8_scales = kQuantized<F> ? w.scales + first / kQuantBlock * w.scale_cols() : nullptr;
+    if constexpr (MR == 1 && F == MatrixFormat::kBF16 && !kDp) {
+      TileFmaInterleavedBf16(tile, job.xs, groups, out[0]);
+    } else if constexpr (MR == 1 && kDp) {
+      TileDpInterleaved<F>(tile, fp8_scales, job.xb, groups, out[0]);
+    } else if constexpr (kDp && F == MatrixFormat::kFP8Block32 && MR > 4) {
+      // Two passes over the tile (the second from L2), 4 rows and the rest: with 4-row sub-tiles
+      // the decode is cheaper twice than the tables reloaded for 2-row sub-tiles once.
+      TileInterleavedRows<F, 4, true>(tile, fp8_scales, job.xb, groups * 16, groups, out);
+      TileInterleavedRows<F, MR - 4, true>(tile, fp8_scales, job.xb + 4 * groups * 16, groups * 16, groups, out + 4);
+    } else if constexpr (kDp) {
+      TileInterleavedRows<F, MR, true>(tile, fp8_scales, job.xb, groups * 16, groups, out);
     } else {
-      TileDpInterleaved<F>(tile, w.scales + first / kQuantBlock * w.scale_cols(), job.xb, groups, out);
+      TileInterleavedRows<F, MR, false>(tile, fp8_scales, job.xs, groups * kGroup, groups, out);
     }
-    for (int64_t i = 0; i < kRows && first + i < n_end; ++i) job.y[first + i] = Finish(out[i], job.round_to_bf16);
+    for (int r = 0; r < MR; ++r) {
+      for (int64_t i = 0; i < kRows && first + i < n_end; ++i) {
+        job.y[r * w.rows + first + i] = Finish(out[r][i], job.round_to_bf16);
+      }
+    }
   }
 }
 
@@ -611,17 +780,15 @@ constexpr int StreamTileRows(int mr) {
 
 template <MatrixFormat F, int MR, bool kDp>
 void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
-  // The interleaved copy serves M = 1 only. At M = 2-4 its tiles would take 2-4 passes each (the
-  // registers hold 8 or 4 rows of accumulators), and such a version ran no faster than the
-  // in-place tiles, whose
-  // M > 1 rows amortise the per-row overhead (linear_bench, Zen 4: FP4 expert M = 1 / 2 / 3 / 4
-  // 251 / 378 / 397 / 435 us interleaved, 427 / 386 / 360 / 410 us in place; FP8 wo_b
-  // 1.70 / 2.86 / 2.89 / 2.72 ms against 2.55 / 2.01 / 2.48 / 2.81 ms). Measured again on 2026-12-04
-  // with passes of 8 / 4 / 2 tile rows up to M = 8 and only the first pass prefetching: FP4 M = 2 /
-  // 4 / 8 0.30 / 0.45 / 0.84 ms interleaved against 0.25 / 0.29 / 0.60 ms in place; FP8 wo_b
-  // 1.8-2.4 / 2.8-3.3 / 6.1-7.2 ms against 1.5 / 1.8 / 2.8 ms.
-  if constexpr (MR == 1 && (kDp ? kQuantized<F> : F == MatrixFormat::kBF16)) {
-    if (job.w->interleaved) return StreamInterleaved<F>(job, n_begin, n_end);
+  // The interleaved copy, where it has one and is faster (InterleavedRowsWin). Earlier versions
+  // of the multi-row tiles on it ran slower than in place (2026-12-02: FP4 M = 2 / 4 0.378 / 0.435
+  // against 0.386 / 0.410 ms; 2026-12-04, passes of 8 / 4 / 2 tile rows: FP4 M = 2 / 4 / 8
+  // 0.30 / 0.45 / 0.84 against 0.25 / 0.29 / 0.60 ms): their first pass over a tile waited on DRAM,
+  // which TileInterleavedRows' far prefetch into L2 removed.
+  if constexpr (MR == 1 ? (kDp ? kQuantized<F> : F == MatrixFormat::kBF16) : InterleavedRowsWin(F, MR, kDp)) {
+    if (job.w->interleaved && (F != MatrixFormat::kFP8Block32 || Avx512Vbmi())) {
+      return StreamInterleaved<F, MR, kDp>(job, n_begin, n_end);
+    }
   }
   constexpr int kNR = StreamTileRows<F, kDp>(MR);
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
@@ -773,7 +940,7 @@ void Micro(int64_t mr, const T* panel, const T* x, int64_t xstride, int64_t grou
 
 // Where group g of one weight row is: its bytes and its scale byte (0 for unscaled formats), in
 // the interleaved copy when an FP4 matrix has one (so a prefill reads the same copy as decode
-// does), else in place.
+// does), else in place (FP8 too: its interleaved blocks hold row pairs for DecodeE4M3Pair).
 template <MatrixFormat F>
 struct RowGroups {
   RowGroups(const WeightMatrix& w, int64_t n, int64_t row_bytes) {
@@ -781,7 +948,7 @@ struct RowGroups {
     scales = kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr;
     codes = w.data + n * row_bytes;
     step = GroupBytes(F);
-    if (kQuantized<F> && w.interleaved) {
+    if (F == MatrixFormat::kFP4Row32 && w.interleaved) {
       const int64_t tile = n / InterleavedTiles::kRows, i = n % InterleavedTiles::kRows;
       const uint8_t* block0 = w.interleaved.data + tile * w.scale_cols() * InterleavedTiles::BlockBytes(F);
       step = InterleavedTiles::BlockBytes(F);
@@ -834,7 +1001,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_flo
       // quarter of the next tile. Their lines are spread over this panel's Micro calls.
       const char* next;
       int64_t next_lines;
-      if (kQuantized<F> && w.interleaved) {
+      if (F == MatrixFormat::kFP4Row32 && w.interleaved) {
         const int64_t tile_bytes = groups * InterleavedTiles::BlockBytes(F);
         const int64_t next_tile = n0 / InterleavedTiles::kRows + 1, quarter = (tile_bytes + 3) / 4;
         const bool last = next_tile * InterleavedTiles::kRows >= n_end;
@@ -979,7 +1146,14 @@ struct PrepDenseFn {
 };
 
 struct Avx512 {
-  static constexpr int64_t StreamMaxM(MatrixFormat f) { return StreamMaxRows(f); }
+  // FP8 with an interleaved copy that its decode reads streams up to 16 rows too, in passes of at most
+  // 8 (the decode is cheap enough to run twice; see StreamMaxRows), on the Zen 4 plan.
+  static int64_t StreamMaxM(const WeightMatrix& w, Bf16Dot dot) {
+    if (w.format == MatrixFormat::kFP8Block32 && w.interleaved && dot == Bf16Dot::kQuantized && Avx512Vbmi()) {
+      return kInterleavedFp8StreamMaxM;
+    }
+    return StreamMaxRows(w.format);
+  }
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t* xb) {
     return ByFormat<PrepQuantFn>(f, x, k, xs, xb);
   }

@@ -114,7 +114,8 @@ struct Job {
   const float* xs = nullptr;     // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
   const uint32_t* xb = nullptr;  // [m, rounded up like xs][groups][16] bf16 pairs (odd << 16 | even)
   bool round_to_bf16 = false;
-  float* y = nullptr;  // [m][w->rows]
+  float* y = nullptr;        // [m][w->rows]
+  int64_t stream_max_m = 0;  // m up to which the call streams the weights (Isa::StreamMaxM), else GEMM
 };
 
 // Rounds (or not) a finished sum the same way on every path; NaN is made canonical so that the
@@ -173,8 +174,8 @@ struct DenseRow {
 //   bool DenseUsesPairs(format, m, dot)            whether to try it (K % 32 == 0 is checked here)
 //   DenseRow PrepareDensePairsRow(x, k, xb_row)    bf16 pairs of one row, and what it found
 //   size_t ScratchBytes(format, groups, m)
-//   int64_t StreamMaxM(format)                     rows up to which StreamRows runs
-//   void StreamRows(job, n_begin, n_end, scratch)   m <= Isa::StreamMaxM(format): weights streamed
+//   int64_t StreamMaxM(w, dot)                     rows up to which StreamRows runs
+//   void StreamRows(job, n_begin, n_end, scratch)   m <= job.stream_max_m: weights streamed
 //   void PanelRows(job, n_begin, n_end, scratch)    GEMM: decoded panels reused over M
 template <class Isa>
 class Driver {
@@ -184,8 +185,9 @@ class Driver {
     if (m == 0 || w.rows == 0) return;
     const int64_t groups = w.cols / kGroup;
     const bool pairs = Isa::UsesPairs(w.format, m, dot);
-    Array<float> xs = Activations<float>(w.format, pairs ? 0 : m, groups * kGroup, scratch, kActivationsSlot);
-    Array<uint32_t> xb = Activations<uint32_t>(w.format, pairs ? m : 0, groups * (kGroup / 2), scratch, kPairsSlot);
+    const int64_t stream_max = Isa::StreamMaxM(w, dot);
+    Array<float> xs = Activations<float>(stream_max, pairs ? 0 : m, groups * kGroup, scratch, kActivationsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(stream_max, pairs ? m : 0, groups * (kGroup / 2), scratch, kPairsSlot);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       act[r] =
@@ -194,7 +196,7 @@ class Driver {
     });
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
-    const Job job{&w, m, groups, xs.data(), xb.data(), true, y};
+    const Job job{&w, m, groups, xs.data(), xb.data(), true, y, stream_max};
     RunSplit(job, pool, scratch,
              [&](size_t begin, size_t end) { RecomputeInexact(w, x, m, y, act.data(), all, begin, end); });
   }
@@ -219,12 +221,13 @@ class Driver {
     if constexpr (requires { Isa::PrepareDensePairsRow; }) {
       if (DensePairs(w, fp8_scales, x, m, y, round_to_bf16, pool, dot, scratch)) return;
     }
-    const int64_t groups = (w.cols + kGroup - 1) / kGroup;
-    Array<float> xs = Activations<float>(w.format, m, groups * kGroup, scratch, kActivationsSlot);
+    const int64_t groups = (w.cols + kGroup - 1) / kGroup, stream_max = Isa::StreamMaxM(w, dot);
+    Array<float> xs = Activations<float>(stream_max, m, groups * kGroup, scratch, kActivationsSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
     });
-    RunSplit(Job{&w, m, groups, xs.data(), nullptr, round_to_bf16, y}, pool, scratch, [](size_t, size_t) {});
+    RunSplit(Job{&w, m, groups, xs.data(), nullptr, round_to_bf16, y, stream_max}, pool, scratch,
+             [](size_t, size_t) {});
   }
 
  private:
@@ -279,8 +282,8 @@ class Driver {
     } else {
       weights = Fp8Operand(fp8_scales);
     }
-    const int64_t groups = w.cols / kGroup;
-    Array<uint32_t> xb = Activations<uint32_t>(w.format, m, groups * (kGroup / 2), scratch, kPairsSlot);
+    const int64_t groups = w.cols / kGroup, stream_max = Isa::StreamMaxM(w, dot);
+    Array<uint32_t> xb = Activations<uint32_t>(stream_max, m, groups * (kGroup / 2), scratch, kPairsSlot);
     Array<DenseRow> rows(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       rows[r] = Isa::PrepareDensePairsRow(x + r * w.cols, w.cols, xb.data() + r * groups * (kGroup / 2));
@@ -293,7 +296,8 @@ class Driver {
     }
     if (!all.pairs_ok) return false;
     if (all.exponents.lo <= all.exponents.hi && !DensePairsAreExact(Bf16Operand(all.exponents), weights)) return false;
-    RunSplit(Job{&w, m, groups, nullptr, xb.data(), round_to_bf16, y}, pool, scratch, [](size_t, size_t) {});
+    RunSplit(Job{&w, m, groups, nullptr, xb.data(), round_to_bf16, y, stream_max}, pool, scratch,
+             [](size_t, size_t) {});
     return true;
   }
 
@@ -304,24 +308,23 @@ class Driver {
     const WeightMatrix& w = *job.w;
     const size_t unit = w.interleaved ? static_cast<size_t>(InterleavedTiles::kRows) : 1;
     const size_t units = (static_cast<size_t>(w.rows) + unit - 1) / unit;
-    pool.ParallelForThreads(
-        units, (MinRowsPerPart(w, job.m) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
-          begin *= unit;
-          end = std::min(end * unit, static_cast<size_t>(w.rows));
-          Array<unsigned char> tile(Isa::ScratchBytes(w.format, job.groups, job.m), scratch, thread, kTileSlot);
-          Run(job, begin, end, tile.data());
-          after(begin, end);
-        });
+    pool.ParallelForThreads(units, (MinRowsPerPart(job) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
+      begin *= unit;
+      end = std::min(end * unit, static_cast<size_t>(w.rows));
+      Array<unsigned char> tile(Isa::ScratchBytes(w.format, job.groups, job.m), scratch, thread, kTileSlot);
+      Run(job, begin, end, tile.data());
+      after(begin, end);
+    });
   }
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
   // Small matrices run on fewer threads (ThreadPool::kMinBytesPerPart): a row costs its weight
   // bytes once per streaming tile's worth of activation rows.
-  static size_t MinRowsPerPart(const WeightMatrix& w, int64_t m) {
-    const uint64_t row_bytes = w.bytes() / static_cast<uint64_t>(w.rows);
+  static size_t MinRowsPerPart(const Job& job) {
+    const uint64_t row_bytes = job.w->bytes() / static_cast<uint64_t>(job.w->rows);
     return ThreadPool::MinItemsPerPart(
-        static_cast<size_t>(row_bytes * ((m + Isa::StreamMaxM(w.format) - 1) / Isa::StreamMaxM(w.format))));
+        static_cast<size_t>(row_bytes * ((job.m + job.stream_max_m - 1) / job.stream_max_m)));
   }
 
   // Whether every e4m3 code times its block scale is a normal bf16 (or zero / NaN for the NaN
@@ -332,15 +335,15 @@ class Driver {
   // Canonical activation rows (fp32 or bf16 pairs) of `row_size` elements; for the GEMM path m is
   // rounded up to its tile with zero rows. m = 0: none.
   template <class T>
-  static Array<T> Activations(MatrixFormat format, int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
-    const int64_t rows = m > Isa::StreamMaxM(format) ? RoundUp(m, kPanelM) : m;
+  static Array<T> Activations(int64_t stream_max, int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
+    const int64_t rows = m > stream_max ? RoundUp(m, kPanelM) : m;
     Array<T> rows_array(rows * row_size, scratch, 0, slot);
     if (rows > m) std::memset(rows_array.data() + m * row_size, 0, sizeof(T) * (rows - m) * row_size);
     return rows_array;
   }
 
   static void Run(const Job& job, size_t begin, size_t end, unsigned char* scratch) {
-    if (job.m <= Isa::StreamMaxM(job.w->format)) {
+    if (job.m <= job.stream_max_m) {
       Isa::StreamRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
     } else {
       Isa::PanelRows(job, static_cast<int64_t>(begin), static_cast<int64_t>(end), scratch);
