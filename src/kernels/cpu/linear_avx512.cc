@@ -640,33 +640,27 @@ template <MatrixFormat F, int MR, bool kDp>
           xe[r] = _mm512_load_ps(reinterpret_cast<const float*>(x + r * xstride + g * kRowGroup));
           if constexpr (!kDp) xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
         }
-        auto use = [&](int n, __m512i w) {
+        // FP8 decodes a row pair at a time (NR is even), when its first row comes.
+        const Fp8PairTable table(F == MatrixFormat::kFP8Block32 ? fp8_scales[g] : 0);
+        __m512i pair[2];
+#pragma GCC unroll 8
+        for (int n = 0; n < NR; ++n) {
+          const int row = s * NR + n;
+          __m512i w;
+          if constexpr (F == MatrixFormat::kFP8Block32) {
+            if (n % 2 == 0) DecodeE4M3Pair(block + row * kCodes, table, pair[0], pair[1]);
+            w = pair[n % 2];
+          } else if constexpr (F == MatrixFormat::kFP4Row32) {
+            w = DecodeFp4Pairs(block + kRows + row * kCodes, block[row]);
+          } else {
+            w = _mm512_loadu_si512(block + row * kCodes);
+          }
 #pragma GCC unroll 8
           for (int r = 0; r < MR; ++r) {
             if constexpr (kDp) {
               acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)_mm512_castps_si512(xe[r]), (__m512bh)w);
             } else {
               acc[r][n] = _mm512_fmadd_ps(xe[r], EvenOf(w), _mm512_fmadd_ps(xo[r], OddOf(w), acc[r][n]));
-            }
-          }
-        };
-        if constexpr (F == MatrixFormat::kFP8Block32) {
-          const Fp8PairTable table(fp8_scales[g]);
-#pragma GCC unroll 4
-          for (int n = 0; n < NR; n += 2) {  // NR is even: whole row pairs
-            __m512i first, second;
-            DecodeE4M3Pair(block + (s * NR + n) * kCodes, table, first, second);
-            use(n, first);
-            use(n + 1, second);
-          }
-        } else {
-#pragma GCC unroll 8
-          for (int n = 0; n < NR; ++n) {
-            const int row = s * NR + n;
-            if constexpr (F == MatrixFormat::kFP4Row32) {
-              use(n, DecodeFp4Pairs(block + kRows + row * kCodes, block[row]));
-            } else {
-              use(n, _mm512_loadu_si512(block + row * kCodes));
             }
           }
         }
