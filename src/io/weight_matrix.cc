@@ -124,13 +124,12 @@ InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
       uint8_t* block = out + (t * groups + g) * block_bytes;
       for (int64_t i = 0; i < InterleavedTiles::kRows; ++i) {
         const int64_t row = t * InterleavedTiles::kRows + i;
-        const uint8_t* from = w.data + row * row_bytes + g * group_bytes;
         // FP8 rows alternate in 8-byte runs; the other formats keep each row's bytes together.
         const int64_t run = w.format == MatrixFormat::kFP8Block32 ? 8 : group_bytes;
         for (int64_t b = 0; b < group_bytes; b += run) {
           uint8_t* to = block + codes_at + InterleavedTiles::ByteOffset(w.format, i, b);
           if (row < w.rows) {
-            std::memcpy(to, from + b, run);
+            std::memcpy(to, w.data + row * row_bytes + g * group_bytes + b, run);
           } else {
             std::memset(to, 0, run);
           }

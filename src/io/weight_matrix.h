@@ -41,10 +41,10 @@ static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
               ScaleBlockOf(MatrixFormat::kFP4Row32).cols == kQuantBlock);
 
 // A copy of an FP8/FP4 or BF16 matrix with its rows interleaved in tiles of 16, for the AVX-512
-// GEMV tiles (M = 1, and some M <= 8): a tile reads one sequential stream at constant offsets, where in place it
-// reads 16 row streams (and, FP4, 16 scale streams) with a pointer step per row and group. Tile t
-// holds rows [16t, 16t + 16), the last one padded with zero rows; its block for group g (32
-// columns) starts at data + (t * groups + g) * BlockBytes(format):
+// streaming tiles (M = 1 and batched steps): a tile reads one sequential stream at constant
+// offsets, where in place it reads 16 row streams (and, FP4, 16 scale streams) with a pointer step
+// per row and group. Tile t holds rows [16t, 16t + 16), the last one padded with zero rows; its
+// block for group g (32 columns) starts at data + (t * groups + g) * BlockBytes(format):
 //   kFP4Row32   bytes [0, 16)           the 16 rows' ue8m0 scales of the group
 //               bytes [16 + 16i, +16)   row 16t + i's 16 bytes of the group, packed as in place
 //   kFP8Block32 bytes [64p, 64p + 64)   rows 16t + 2p and 16t + 2p + 1, their 32 codes of the

@@ -2,7 +2,8 @@
 // contract (canonical pair order, accumulation, reduction tree, scale folding) is documented in
 // linear_simd.h; every function here computes exactly that sequence.
 //
-// Two loop structures, chosen by M only (the results are the same bits either way):
+// Two loop structures, chosen by M and the matrix (Job::stream_max_m; the results are the same
+// bits either way):
 //   * M <= 16 (FP8 in place: 8), "streaming" (GEMV): tiles of 16/8/4/3/2 weight rows x up to 8 activation rows; each
 //     weight group is decoded once, in registers, and used for all the tile's rows (M > 8: two
 //     passes over L2-sized blocks of weight rows). The weights are read from DRAM once per call,
@@ -51,6 +52,11 @@ constexpr int kMaxTileN = 16;  // weight rows per streaming tile (M = 1)
 bool Avx512Vbmi() {
   static const bool has = CpuHasAvx512Vbmi();
   return has;
+}
+
+// Whether these kernels can read `w`'s interleaved copy: it has one, and FP8's needs VBMI.
+bool CopyReadable(const WeightMatrix& w) {
+  return w.interleaved && (w.format != MatrixFormat::kFP8Block32 || Avx512Vbmi());
 }
 
 // ---- small vector helpers ------------------------------------------------------------------
@@ -726,8 +732,9 @@ constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
 // the previous tile's row ended - kNR long sequential streams, which the hardware prefetchers
 // follow (contiguous tiles of 2.5 KB FP4 rows ran ~25% slower). FP8 slices are multiples of 32
 // rows, so that the rows of a tile walk their blocks' scales with one stride as well.
-// Weight rows [n_begin, n_end) of an interleaved matrix (n_begin starts a tile), M = 1: FP8/FP4
-// on vdpbf16ps (TileDpInterleaved), BF16 on FMAs (TileFmaInterleavedBf16).
+// Weight rows [n_begin, n_end) of an interleaved matrix (n_begin starts a tile): at M = 1 FP8/FP4
+// on vdpbf16ps (TileDpInterleaved) and BF16 on FMAs (TileFmaInterleavedBf16), at M = 2-8
+// TileInterleavedRows.
 template <MatrixFormat F, int MR, bool kDp>
 void StreamInterleaved(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr int64_t kRows = InterleavedTiles::kRows;
@@ -780,9 +787,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   // 0.30 / 0.45 / 0.84 against 0.25 / 0.29 / 0.60 ms): their first pass over a tile waited on DRAM,
   // which TileInterleavedRows' far prefetch into L2 removed.
   if constexpr (MR == 1 ? (kDp ? kQuantized<F> : F == MatrixFormat::kBF16) : InterleavedRowsWin(F, MR, kDp)) {
-    if (job.w->interleaved && (F != MatrixFormat::kFP8Block32 || Avx512Vbmi())) {
-      return StreamInterleaved<F, MR, kDp>(job, n_begin, n_end);
-    }
+    if (CopyReadable(*job.w)) return StreamInterleaved<F, MR, kDp>(job, n_begin, n_end);
   }
   constexpr int kNR = StreamTileRows<F, kDp>(MR);
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
@@ -1078,8 +1083,7 @@ struct StreamFn {
     const int64_t row_bytes = RowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
     const int64_t block = std::max<int64_t>(kQuantBlock, kPassBlockBytes / row_bytes / kQuantBlock * kQuantBlock);
     const int64_t passes = (job.m + kTileMaxM - 1) / kTileMaxM;
-    const bool full_first =
-        kDp && w.interleaved && (F == MatrixFormat::kBF16 || (F == MatrixFormat::kFP8Block32 && Avx512Vbmi()));
+    const bool full_first = kDp && (F == MatrixFormat::kBF16 || F == MatrixFormat::kFP8Block32) && CopyReadable(w);
     for (int64_t n = b; n < e; n += block) {
       for (int64_t p = 0, r0 = 0; p < passes; ++p) {
         const int64_t rows = full_first ? std::min(kTileMaxM, job.m - r0) : (job.m - r0) / (passes - p);
@@ -1149,7 +1153,7 @@ struct Avx512 {
   // FP8 with an interleaved copy that its decode reads streams up to 16 rows too, in passes of at most
   // 8 (the decode is cheap enough to run twice; see StreamMaxRows), on the Zen 4 plan.
   static int64_t StreamMaxM(const WeightMatrix& w, Bf16Dot dot) {
-    if (w.format == MatrixFormat::kFP8Block32 && w.interleaved && dot == Bf16Dot::kQuantized && Avx512Vbmi()) {
+    if (w.format == MatrixFormat::kFP8Block32 && dot == Bf16Dot::kQuantized && CopyReadable(w)) {
       return kInterleavedFp8StreamMaxM;
     }
     return StreamMaxRows(w.format);
