@@ -122,9 +122,21 @@ InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
   for (int64_t t = 0; t < InterleavedTiles::Tiles(w.rows); ++t) {
     for (int64_t g = 0; g < groups; ++g) {
       uint8_t* block = out + (t * groups + g) * block_bytes;
+      if (fp4) std::memset(block + codes_at, 0, block_bytes - codes_at);
       for (int64_t i = 0; i < InterleavedTiles::kRows; ++i) {
         const int64_t row = t * InterleavedTiles::kRows + i;
-        // FP8 rows alternate in 8-byte runs; the other formats keep each row's bytes together.
+        if (fp4) {
+          block[i] = row < w.rows ? w.scales[row * groups + g] : 0;
+          if (row >= w.rows) continue;  // zero codes
+          const uint8_t* codes = w.data + row * row_bytes + g * group_bytes;
+          for (int e = 0; e < 2 * group_bytes; ++e) {
+            const uint8_t nibble = (codes[e / 2] >> (4 * (e % 2))) & 0xf;
+            block[codes_at + InterleavedTiles::Fp4NibbleByte(i, e)] |=
+                static_cast<uint8_t>(nibble << InterleavedTiles::Fp4NibbleShift(i));
+          }
+          continue;
+        }
+        // FP8 rows alternate in 8-byte runs; BF16 keeps each row's bytes together.
         const int64_t run = w.format == MatrixFormat::kFP8Block32 ? 8 : group_bytes;
         for (int64_t b = 0; b < group_bytes; b += run) {
           uint8_t* to = block + codes_at + InterleavedTiles::ByteOffset(w.format, i, b);
@@ -134,7 +146,6 @@ InterleavedTiles Interleave(const WeightMatrix& w, uint8_t* out) {
             std::memset(to, 0, run);
           }
         }
-        if (fp4) block[i] = row < w.rows ? w.scales[row * groups + g] : 0;
       }
     }
   }

@@ -46,7 +46,11 @@ static_assert(ScaleBlockOf(MatrixFormat::kFP8Block32).cols == kQuantBlock &&
 // per row and group. Tile t holds rows [16t, 16t + 16), the last one padded with zero rows; its
 // block for group g (32 columns) starts at data + (t * groups + g) * BlockBytes(format):
 //   kFP4Row32   bytes [0, 16)           the 16 rows' ue8m0 scales of the group
-//               bytes [16 + 16i, +16)   row 16t + i's 16 bytes of the group, packed as in place
+//               bytes [16 + 64q, +64)   rows 16t + 4q .. +3 as 32 little-endian 16-bit words:
+//                                       word j holds element Fp4WordElement(j) of the group of
+//                                       row 16t + 4q + r in bits [4r, 4r + 4), so that one load
+//                                       and a shift by 4r give row r's 32 codes in the kernels'
+//                                       FP4 pair order, ready for a word table lookup
 //   kFP8Block32 bytes [64p, 64p + 64)   rows 16t + 2p and 16t + 2p + 1, their 32 codes of the
 //                                       group in alternating 8-byte runs (first row's bytes 0-7,
 //                                       second row's 0-7, first row's 8-15, ...), so that two byte
@@ -82,11 +86,24 @@ struct InterleavedTiles {
   static uint64_t Bytes(MatrixFormat f, int64_t rows, int64_t cols) {
     return static_cast<uint64_t>(Tiles(rows)) * static_cast<uint64_t>(cols / 32) * BlockBytes(f);
   }
-  // Where byte `b` of tile row `i`'s bytes of a group sits in the block (past the FP4 scales).
+  // Where byte `b` of tile row `i`'s bytes of a group sits in the block (FP8 and BF16; FP4 blocks
+  // hold nibbles, below).
   static constexpr int64_t ByteOffset(MatrixFormat f, int64_t i, int64_t b) {
     if (f == MatrixFormat::kFP8Block32) return 64 * (i / 2) + 16 * (b / 8) + 8 * (i % 2) + b % 8;
     return i * GroupBytes(f) + b;
   }
+  // FP4: the group element (0-31) that word j of a 4-row quad holds: word j = 8L + k of 128-bit
+  // lane L takes element 4k + L (the kernels' FP4 pair order, PairK in linear_simd.h).
+  static constexpr int Fp4WordElement(int j) { return 4 * (j % 8) + j / 8; }
+  // FP4: where the nibble of element `e` of tile row `i`'s group sits: its byte in the block past
+  // the scales, and its bit shift in that byte (0 or 4).
+  static constexpr int64_t Fp4NibbleByte(int64_t i, int e) { return 64 * (i / 4) + 2 * Fp4WordOf(e) + (i % 4) / 2; }
+  static constexpr int Fp4NibbleShift(int64_t i) { return 4 * (i % 2); }
+
+ private:
+  static constexpr int Fp4WordOf(int e) { return 8 * (e % 4) + e / 4; }  // inverse of Fp4WordElement
+
+ public:
 };
 
 // The unbiased exponents of a bf16 matrix's nonzero elements, found by one pass at load time

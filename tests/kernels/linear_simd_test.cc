@@ -833,12 +833,23 @@ TEST(LinearSimd, InterleavedCopyAndItsRowSlices) {
       for (int64_t g = 0; g < 3; ++g) {
         const uint8_t* b = copy.data() + (row / 16 * 3 + g) * block;
         const int64_t i = row % 16;
-        for (int64_t byte = 0; byte < group_bytes; ++byte) {
-          // FP4: the row's 16 bytes after the 16 scales; FP8: row pairs in alternating 8-byte runs.
-          const int64_t at = fp4 ? 16 + i * 16 + byte : 64 * (i / 2) + 16 * (byte / 8) + 8 * (i % 2) + byte % 8;
-          ASSERT_EQ(InterleavedTiles::ByteOffset(f, i, byte) + (fp4 ? 16 : 0), at);
-          const uint8_t expected = row < 75 ? t.w.data[row * (fp4 ? 48 : 96) + g * group_bytes + byte] : 0;
-          ASSERT_EQ(b[at], expected) << "format " << static_cast<int>(f) << " row " << row << " group " << g;
+        for (int64_t byte = 0; byte < group_bytes && !fp4; ++byte) {
+          // FP8: row pairs in alternating 8-byte runs.
+          const int64_t at = 64 * (i / 2) + 16 * (byte / 8) + 8 * (i % 2) + byte % 8;
+          ASSERT_EQ(InterleavedTiles::ByteOffset(f, i, byte), at);
+          const uint8_t expected = row < 75 ? t.w.data[row * 96 + g * group_bytes + byte] : 0;
+          ASSERT_EQ(b[at], expected) << "row " << row << " group " << g;
+        }
+        for (int e = 0; e < 32 && fp4; ++e) {
+          // FP4: after the 16 scales, quads of 4 rows as 32 words; word j holds element
+          // 4 (j % 8) + j / 8 of the quad's row r in bits [4r, 4r + 4).
+          int word = -1;
+          for (int j = 0; j < 32; ++j) word = 4 * (j % 8) + j / 8 == e ? j : word;
+          ASSERT_EQ(InterleavedTiles::Fp4WordElement(word), e);
+          const uint16_t bits =
+              static_cast<uint16_t>(b[16 + 64 * (i / 4) + 2 * word] | b[16 + 64 * (i / 4) + 2 * word + 1] << 8);
+          const int expected = row < 75 ? (t.w.data[row * 48 + g * 16 + e / 2] >> (4 * (e % 2))) & 0xf : 0;
+          ASSERT_EQ((bits >> (4 * (i % 4))) & 0xf, expected) << "row " << row << " group " << g << " element " << e;
         }
         if (fp4) {
           ASSERT_EQ(b[row % 16], row < 75 ? t.w.scales[row * 3 + g] : 0) << "scale of row " << row;
