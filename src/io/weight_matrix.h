@@ -95,15 +95,14 @@ struct InterleavedTiles {
   // FP4: the group element (0-31) that word j of a 4-row quad holds: word j = 8L + k of 128-bit
   // lane L takes element 4k + L (the kernels' FP4 pair order, PairK in linear_simd.h).
   static constexpr int Fp4WordElement(int j) { return 4 * (j % 8) + j / 8; }
+  // FP4: the word that holds element `e` (the inverse of Fp4WordElement).
+  static constexpr int Fp4ElementWord(int e) { return 8 * (e % 4) + e / 4; }
   // FP4: where the nibble of element `e` of tile row `i`'s group sits: its byte in the block past
   // the scales, and its bit shift in that byte (0 or 4).
-  static constexpr int64_t Fp4NibbleByte(int64_t i, int e) { return 64 * (i / 4) + 2 * Fp4WordOf(e) + (i % 4) / 2; }
+  static constexpr int64_t Fp4NibbleByte(int64_t i, int e) {
+    return 64 * (i / 4) + 2 * Fp4ElementWord(e) + (i % 4) / 2;
+  }
   static constexpr int Fp4NibbleShift(int64_t i) { return 4 * (i % 2); }
-
- private:
-  static constexpr int Fp4WordOf(int e) { return 8 * (e % 4) + e / 4; }  // inverse of Fp4WordElement
-
- public:
 };
 
 // The unbiased exponents of a bf16 matrix's nonzero elements, found by one pass at load time

@@ -361,7 +361,7 @@ static_assert([] {
       return false;
   return true;
 }());
-inline __m512i DecodeFp4QuadRow(__m512i quad, int r, uint8_t scale) {
+inline __m512i DecodeFp4QuadPairs(__m512i quad, int r, uint8_t scale) {
   return _mm512_permutexvar_epi16(_mm512_srli_epi16(quad, 4 * r), _mm512_load_si512(kFp4Bf16.t[scale]));
 }
 // The quad in a register: left to itself GCC folds the load into each row's shift, four loads
@@ -373,7 +373,7 @@ inline __m512i LoadFp4Quad(const uint8_t* codes, int q) {
 }
 // The same row as fp32 even / odd pair members (the FMA panels): vpermps reads the low 4 bits of
 // each dword, word 2p (even) as it stands, word 2p + 1 (odd) shifted down by 16.
-inline void DecodeFp4QuadRow(__m512i quad, int r, uint8_t scale, __m512& even, __m512& odd) {
+inline void DecodeFp4Quad(__m512i quad, int r, uint8_t scale, __m512& even, __m512& odd) {
   const __m512 table = _mm512_load_ps(kFp4Tables.t[scale]);
   even = _mm512_permutexvar_ps(_mm512_srli_epi32(quad, 4 * r), table);
   odd = _mm512_permutexvar_ps(_mm512_srli_epi32(quad, 16 + 4 * r), table);
@@ -547,7 +547,7 @@ template <MatrixFormat F>
         const __m512i quad = LoadFp4Quad(block + kRows, q);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
-          const __m512i w = DecodeFp4QuadRow(quad, r, block[4 * q + r]);
+          const __m512i w = DecodeFp4QuadPairs(quad, r, block[4 * q + r]);
           acc[4 * q + r] = _mm512_dpbf16_ps(acc[4 * q + r], (__m512bh)xv, (__m512bh)w);
         }
       }
@@ -627,7 +627,7 @@ constexpr int InterleavedSubTileRows(MatrixFormat f, int mr) {
 //                    2-row sub-tiles reloading the tables per row pair: 2.19 / 2.46 / 2.92 / 2.51)
 //   FP4 2304x5120    M = 2 / 8 / 16: 0.190 / 0.502 / 0.986 against 0.195 / 0.544 / 1.058;
 //                    M = 4 / 6 / 12: 0.284 / 0.509 / 0.999 against 0.259 / 0.360 / 0.711
-//                    (the broadcast decode); with the quads (DecodeFp4QuadRow) M = 2 0.172 - 0.175,
+//                    (the broadcast decode); with the quads (DecodeFp4QuadPairs) M = 2 0.172 - 0.175,
 //                    M = 8 0.614 (its 2-row sub-tiles shift by a count known only at run time)
 // FMAs (BF16 that does not prove vdpbf16ps exact) take at most 4 rows: 2 x MR activation registers.
 constexpr bool InterleavedRowsWin(MatrixFormat f, int mr, bool dp) {
@@ -697,7 +697,7 @@ template <MatrixFormat F, int MR, bool kDp>
             if (n % 2 == 0) DecodeE4M3Pair(block + row * kCodes, table, pair[0], pair[1]);
             w = pair[n % 2];
           } else if constexpr (F == MatrixFormat::kFP4Row32) {
-            w = DecodeFp4QuadRow(quad[n / 4], row % 4, block[row]);
+            w = DecodeFp4QuadPairs(quad[n / 4], row % 4, block[row]);
           } else {
             w = _mm512_loadu_si512(block + row * kCodes);
           }
@@ -1028,13 +1028,13 @@ struct RowGroups {
   // Group g as bf16 pairs (the vdpbf16ps panels) or as fp32 even / odd members (the FMA panels).
   __m512i Pairs(int64_t g) const {
     if constexpr (F == MatrixFormat::kFP4Row32) {
-      if (quad_row >= 0) return DecodeFp4QuadRow(LoadFp4Quad(Codes(g), 0), quad_row, Scale(g));
+      if (quad_row >= 0) return DecodeFp4QuadPairs(LoadFp4Quad(Codes(g), 0), quad_row, Scale(g));
     }
     return DecodePairs<F>(Codes(g), Scale(g));
   }
   void Load(const FmaDecoder<F>& dec, int64_t g, __m512& even, __m512& odd) const {
     if constexpr (F == MatrixFormat::kFP4Row32) {
-      if (quad_row >= 0) return DecodeFp4QuadRow(LoadFp4Quad(Codes(g), 0), quad_row, Scale(g), even, odd);
+      if (quad_row >= 0) return DecodeFp4Quad(LoadFp4Quad(Codes(g), 0), quad_row, Scale(g), even, odd);
     }
     dec.Load(Codes(g), Scale(g), g, even, odd);
   }
