@@ -601,7 +601,7 @@ constexpr int64_t kInterleavedBf16Prefetch = 8192;
 // 2-8 activation rows on the interleaved copy. The 16 rows of a tile need 16 x MR accumulators,
 // more than the registers hold, so the tile runs in sub-tiles of NR rows over K chunks of about
 // 8 KiB: every sub-tile passes over the chunk's blocks (from L1 after the first) with its MR x NR
-// accumulators in registers, parked between chunks. Each weight group is decoded once, by the
+// accumulators in registers, parked between chunks. Each weight group is decoded once a pass, by the
 // sub-tile that owns its row, and each accumulator lane sees the groups in K order: the same
 // operations, so the same bits, as the in-place tiles. The tiles of a thread's range are one
 // contiguous stream: while a chunk runs, its sub-tiles prefetch the next chunk into L1 and the one
@@ -628,7 +628,12 @@ constexpr int InterleavedSubTileRows(MatrixFormat f, int mr) {
 //   FP4 2304x5120    M = 2 / 8 / 16: 0.190 / 0.502 / 0.986 against 0.195 / 0.544 / 1.058;
 //                    M = 4 / 6 / 12: 0.284 / 0.509 / 0.999 against 0.259 / 0.360 / 0.711
 //                    (the broadcast decode); with the quads (DecodeFp4QuadPairs) M = 2 0.172 - 0.175,
-//                    M = 8 0.614 (its 2-row sub-tiles shift by a count known only at run time)
+//                    M = 8 0.614 (its 2-row sub-tiles shift by a count known only at run time);
+//                    4-row sub-tiles and M = 8 as two passes of 4 (2026-12-05): M = 3 / 4 / 8
+//                    0.199-0.204 / 0.252-0.254 / 0.487-0.510 against 0.223-0.225 / 0.254-0.257 /
+//                    0.540-0.545; at M = 5 / 6 / 7 the in-place tiles run at ~90% of the vdpbf16ps
+//                    peak and stay (one thread, 1024x5120, hot: 259 / 308 / 351 against 261 /
+//                    330 / 371 us)
 // FMAs (BF16 that does not prove vdpbf16ps exact) take at most 4 rows: 2 x MR activation registers.
 constexpr bool InterleavedRowsWin(MatrixFormat f, int mr, bool dp) {
   switch (f) {
@@ -637,89 +642,155 @@ constexpr bool InterleavedRowsWin(MatrixFormat f, int mr, bool dp) {
     case MatrixFormat::kFP8Block32:
       return dp;
     case MatrixFormat::kFP4Row32:
-      return dp && mr <= 2;
+      return dp && (mr <= 4 || mr == 8);
     case MatrixFormat::kF32:
       break;
   }
   return false;
 }
 
-// FP8 / FP4, or BF16 proven exact, on vdpbf16ps (x: MR rows of bf16 pairs), or BF16 on FMAs (x:
-// MR canonical fp32 rows); xstride: the rows' distance in elements.
+// Where a chunk's sub-tiles take their weight rows from: the copy's codes, decoded; the codes,
+// decoded and also kept in a buffer (bf16 pairs) for more activation rows; or that buffer.
+enum class ChunkRows { kCodes, kCodesKept, kKept };
+
+// Sub-tile rows for the kept pairs (no decode registers): as many as MR x NR accumulators allow.
+constexpr int SubTileRows(MatrixFormat f, int mr, ChunkRows from) {
+  return from == ChunkRows::kKept ? (mr == 1 ? 16 : mr == 2 ? 8 : 4) : InterleavedSubTileRows(f, mr);
+}
+
+template <MatrixFormat F, int MR, ChunkRows kFrom>
+using ChunkPark = __m512[InterleavedTiles::kRows / SubTileRows(F, MR, kFrom)][MR][SubTileRows(F, MR, kFrom)];
+
+// Groups [g0, g1) of one tile for MR activation rows: FP8 / FP4, or BF16 proven exact, on
+// vdpbf16ps (x: MR rows of bf16 pairs), or BF16 on FMAs (x: MR canonical fp32 rows); xstride: the
+// rows' distance in elements. The accumulators start at zero where g0 = 0, else from `park`; they
+// end in `out` where g1 = groups, else in `park`. `kept`: (g1 - g0) x 16 bf16-pair rows.
+template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
+[[gnu::always_inline]] inline void InterleavedChunk(const uint8_t* tile, const uint8_t* fp8_scales,
+                                                    const std::conditional_t<kDp, uint32_t, float>* x, int64_t xstride,
+                                                    int64_t groups, int64_t g0, int64_t g1,
+                                                    ChunkPark<F, MR, kFrom>& park, __m512i* kept,
+                                                    float (*out)[kMaxTileN]) {
+  static_assert(kDp || kFrom == ChunkRows::kCodes, "only vdpbf16ps tiles keep decoded rows");
+  constexpr int NR = SubTileRows(F, MR, kFrom);
+  constexpr int kRows = InterleavedTiles::kRows, kSubTiles = kRows / NR;
+  constexpr int64_t kBlock = InterleavedTiles::BlockBytes(F), kCodes = InterleavedTiles::GroupBytes(F);
+  constexpr int64_t kRowGroup = kDp ? 16 : kGroup;
+  // Prefetches per group and sub-tile: the next chunk's lines, spread evenly over the chunk (the
+  // decoding pass only).
+  constexpr int kPrefetches =
+      kFrom == ChunkRows::kKept ? 0 : static_cast<int>((kBlock + 64 * kSubTiles - 1) / (64 * kSubTiles));
+  const char* next = reinterpret_cast<const char*>(tile + g1 * kBlock);
+  for (int s = 0; s < kSubTiles; ++s) {
+    __m512 acc[MR][NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) acc[r][n] = g0 == 0 ? _mm512_setzero_ps() : park[s][r][n];
+    const uint8_t* block = tile + g0 * kBlock;
+    for (int64_t g = g0; g < g1; ++g, block += kBlock) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kPrefetches; ++i) {
+        _mm_prefetch(next + 64 * i, _MM_HINT_T0);
+        _mm_prefetch(next + kInterleavedFarPrefetch + 64 * i, _MM_HINT_T1);
+      }
+      next += 64 * kPrefetches;
+      // vdpbf16ps: xe holds the pairs; FMAs: the even and odd members.
+      __m512 xe[MR], xo[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        xe[r] = _mm512_load_ps(reinterpret_cast<const float*>(x + r * xstride + g * kRowGroup));
+        if constexpr (!kDp) xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
+      }
+      // FP8 decodes a row pair at a time (NR is even), when its first row comes; FP4 loads the
+      // sub-tile's quads once.
+      constexpr bool kDecode = kFrom != ChunkRows::kKept;
+      const Fp8PairTable table(kDecode && F == MatrixFormat::kFP8Block32 ? fp8_scales[g] : 0);
+      __m512i pair[2], quad[(NR + 3) / 4];
+      if constexpr (kDecode && F == MatrixFormat::kFP4Row32) {
+#pragma GCC unroll 4
+        for (int q = 0; q < (NR + 3) / 4; ++q) quad[q] = LoadFp4Quad(block + kRows, s * NR / 4 + q);
+      }
+#pragma GCC unroll 16
+      for (int n = 0; n < NR; ++n) {
+        const int row = s * NR + n;
+        __m512i w;
+        if constexpr (!kDecode) {
+          w = _mm512_load_si512(kept + (g - g0) * kRows + row);
+        } else if constexpr (F == MatrixFormat::kFP8Block32) {
+          if (n % 2 == 0) DecodeE4M3Pair(block + row * kCodes, table, pair[0], pair[1]);
+          w = pair[n % 2];
+        } else if constexpr (F == MatrixFormat::kFP4Row32) {
+          w = DecodeFp4QuadPairs(quad[n / 4], NR % 4 == 0 ? n % 4 : row % 4, block[row]);
+        } else {
+          w = _mm512_loadu_si512(block + row * kCodes);
+        }
+        if constexpr (kFrom == ChunkRows::kCodesKept) _mm512_store_si512(kept + (g - g0) * kRows + row, w);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          if constexpr (kDp) {
+            acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)_mm512_castps_si512(xe[r]), (__m512bh)w);
+          } else {
+            acc[r][n] = _mm512_fmadd_ps(xe[r], EvenOf(w), _mm512_fmadd_ps(xo[r], OddOf(w), acc[r][n]));
+          }
+        }
+      }
+    }
+    if (g1 == groups) {
+      for (int r = 0; r < MR; ++r)
+        for (int n = 0; n < NR; ++n) out[r][s * NR + n] = ReduceLanes(acc[r][n]);
+    } else {
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+        for (int n = 0; n < NR; ++n) park[s][r][n] = acc[r][n];
+    }
+  }
+}
+
+// Activation rows of a tile's first pass: all of them, or 4 where MR x NR accumulators and the
+// decode's registers do not fit (FP8 beyond 4 rows; FP4 at 6-8, whose 2-row sub-tiles would shift
+// by a count known only at run time); the rest follow in a second pass. FP8 decodes a row pair
+// with 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a decoded row costs about
+// as much (a zmm store takes 2 cycles on Zen 4), so the first pass keeps each chunk's decoded rows
+// for the second only where that pass is short (KeepsDecodedRows); elsewhere the second pass
+// decodes the whole tile again, from L2. FP8 5120x8192, 2 threads, cold, decoding twice / keeping:
+// M = 5 1.80 / 1.62, M = 6 1.92 / 1.82, M = 7 2.01 / 1.94 ms; M = 8, one thread hot, 834 / 860 us.
+// Chunk by chunk without keeping ran 2% slower than two passes over the whole tile (FP8 M = 8).
+constexpr int FirstPassRows(MatrixFormat f, int mr, bool dp) {
+  const bool split = dp && mr > 4 && (f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kFP4Row32 && mr > 5));
+  return split ? 4 : mr;
+}
+constexpr bool KeepsDecodedRows(MatrixFormat f, int mr, bool dp) {
+  return FirstPassRows(f, mr, dp) < mr && f == MatrixFormat::kFP8Block32 && mr < 8;
+}
+
+// One tile's 16 rows for MR activation rows, chunk by chunk, in one pass or two (FirstPassRows).
 template <MatrixFormat F, int MR, bool kDp>
 [[gnu::noinline]] void TileInterleavedRows(const uint8_t* tile, const uint8_t* fp8_scales,
                                            const std::conditional_t<kDp, uint32_t, float>* x, int64_t xstride,
                                            int64_t groups, float (*out)[kMaxTileN]) {
-  constexpr int NR = InterleavedSubTileRows(F, MR);
-  constexpr int kRows = InterleavedTiles::kRows, kSubTiles = kRows / NR;
-  constexpr int64_t kBlock = InterleavedTiles::BlockBytes(F), kCodes = InterleavedTiles::GroupBytes(F);
-  constexpr int64_t kChunk = kInterleavedChunkGroups<F>, kRowGroup = kDp ? 16 : kGroup;
-  // Prefetches per group and sub-tile: the next chunk's lines, spread evenly over the chunk.
-  constexpr int kPrefetches = static_cast<int>((kBlock + 64 * kSubTiles - 1) / (64 * kSubTiles));
-  __m512 park[kSubTiles][MR][NR];
-  for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
-    const int64_t g1 = std::min(groups, g0 + kChunk);
-    const char* next = reinterpret_cast<const char*>(tile + g1 * kBlock);
-    for (int s = 0; s < kSubTiles; ++s) {
-      __m512 acc[MR][NR];
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-        for (int n = 0; n < NR; ++n) acc[r][n] = g0 == 0 ? _mm512_setzero_ps() : park[s][r][n];
-      const uint8_t* block = tile + g0 * kBlock;
-      for (int64_t g = g0; g < g1; ++g, block += kBlock) {
-#pragma GCC unroll 16
-        for (int i = 0; i < kPrefetches; ++i) {
-          _mm_prefetch(next + 64 * i, _MM_HINT_T0);
-          _mm_prefetch(next + kInterleavedFarPrefetch + 64 * i, _MM_HINT_T1);
-        }
-        next += 64 * kPrefetches;
-        // vdpbf16ps: xe holds the pairs; FMAs: the even and odd members.
-        __m512 xe[MR], xo[MR];
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-          xe[r] = _mm512_load_ps(reinterpret_cast<const float*>(x + r * xstride + g * kRowGroup));
-          if constexpr (!kDp) xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
-        }
-        // FP8 decodes a row pair at a time (NR is even), when its first row comes; FP4 loads the
-        // sub-tile's quads once.
-        const Fp8PairTable table(F == MatrixFormat::kFP8Block32 ? fp8_scales[g] : 0);
-        __m512i pair[2], quad[(NR + 3) / 4];
-        if constexpr (F == MatrixFormat::kFP4Row32) {
-#pragma GCC unroll 4
-          for (int q = 0; q < (NR + 3) / 4; ++q) quad[q] = LoadFp4Quad(block + kRows, s * NR / 4 + q);
-        }
-#pragma GCC unroll 8
-        for (int n = 0; n < NR; ++n) {
-          const int row = s * NR + n;
-          __m512i w;
-          if constexpr (F == MatrixFormat::kFP8Block32) {
-            if (n % 2 == 0) DecodeE4M3Pair(block + row * kCodes, table, pair[0], pair[1]);
-            w = pair[n % 2];
-          } else if constexpr (F == MatrixFormat::kFP4Row32) {
-            w = DecodeFp4QuadPairs(quad[n / 4], row % 4, block[row]);
-          } else {
-            w = _mm512_loadu_si512(block + row * kCodes);
-          }
-#pragma GCC unroll 8
-          for (int r = 0; r < MR; ++r) {
-            if constexpr (kDp) {
-              acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)_mm512_castps_si512(xe[r]), (__m512bh)w);
-            } else {
-              acc[r][n] = _mm512_fmadd_ps(xe[r], EvenOf(w), _mm512_fmadd_ps(xo[r], OddOf(w), acc[r][n]));
-            }
-          }
-        }
-      }
-      if (g1 == groups) {
-        for (int r = 0; r < MR; ++r)
-          for (int n = 0; n < NR; ++n) out[r][s * NR + n] = ReduceLanes(acc[r][n]);
-      } else {
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-          for (int n = 0; n < NR; ++n) park[s][r][n] = acc[r][n];
-      }
+  constexpr int64_t kChunk = kInterleavedChunkGroups<F>;
+  constexpr int kFirst = FirstPassRows(F, MR, kDp);
+  if constexpr (kFirst == MR) {
+    ChunkPark<F, MR, ChunkRows::kCodes> park;
+    for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+      InterleavedChunk<F, MR, kDp, ChunkRows::kCodes>(tile, fp8_scales, x, xstride, groups, g0,
+                                                      std::min(groups, g0 + kChunk), park, nullptr, out);
+    }
+  } else if constexpr (!KeepsDecodedRows(F, MR, kDp)) {
+    TileInterleavedRows<F, kFirst, kDp>(tile, fp8_scales, x, xstride, groups, out);
+    TileInterleavedRows<F, MR - kFirst, kDp>(tile, fp8_scales, x + kFirst * xstride, xstride, groups, out + kFirst);
+  } else {
+    alignas(64) __m512i kept[kChunk * InterleavedTiles::kRows];
+    ChunkPark<F, kFirst, ChunkRows::kCodesKept> first;
+    ChunkPark<F, MR - kFirst, ChunkRows::kKept> rest;
+    for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+      const int64_t g1 = std::min(groups, g0 + kChunk);
+      InterleavedChunk<F, kFirst, kDp, ChunkRows::kCodesKept>(tile, fp8_scales, x, xstride, groups, g0, g1, first, kept,
+                                                              out);
+      InterleavedChunk<F, MR - kFirst, kDp, ChunkRows::kKept>(tile, fp8_scales, x + kFirst * xstride, xstride, groups,
+                                                              g0, g1, rest, kept, out + kFirst);
     }
   }
 }
@@ -788,11 +859,6 @@ void StreamInterleaved(const Job& job, int64_t n_begin, int64_t n_end) {
       TileFmaInterleavedBf16(tile, job.xs, groups, out[0]);
     } else if constexpr (MR == 1 && kDp) {
       TileDpInterleaved<F>(tile, fp8_scales, job.xb, groups, out[0]);
-    } else if constexpr (kDp && F == MatrixFormat::kFP8Block32 && MR > 4) {
-      // Two passes over the tile (the second from L2), 4 rows and the rest: with 4-row sub-tiles
-      // the decode is cheaper twice than the tables reloaded for 2-row sub-tiles once.
-      TileInterleavedRows<F, 4, true>(tile, fp8_scales, job.xb, groups * 16, groups, out);
-      TileInterleavedRows<F, MR - 4, true>(tile, fp8_scales, job.xb + 4 * groups * 16, groups * 16, groups, out + 4);
     } else if constexpr (kDp) {
       TileInterleavedRows<F, MR, true>(tile, fp8_scales, job.xb, groups * 16, groups, out);
     } else {
