@@ -530,6 +530,7 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved, MatrixFormat::kFP8B
     ->Args({6, 2})
     ->Args({7, 2})
     ->Args({8, 2})
+    ->Args({12, 2})
     ->Args({16, 2})
     ->Args({512, 2})
     ->Apply(Configure);

@@ -32,6 +32,7 @@
 #pragma GCC diagnostic pop
 
 #include <type_traits>
+#include <variant>
 
 #include "kernels/cpu/linear_simd.h"
 
@@ -465,8 +466,9 @@ struct FmaDecoder {
 constexpr int64_t kTileMaxM = 8;
 constexpr int64_t kPassBlockBytes = 256 << 10;
 constexpr int64_t StreamMaxRows(MatrixFormat f) { return f == MatrixFormat::kFP8Block32 ? kTileMaxM : 16; }
-// On the interleaved copy (DecodeE4M3Pair: 2.5 operations a row and group) two passes are faster
-// than the panels: wo_b 5120x8192 M = 12 / 16 3.80 / 4.22 ms against 4.17 / 5.02 ms.
+// On the interleaved copy (DecodeE4M3Pair: 2.5 operations a row and group) streaming is faster
+// than the panels: wo_b 5120x8192 M = 12 / 16 3.80 / 4.22 ms in two passes against 4.17 / 5.02 ms,
+// and 3.02-3.08 / 3.83-3.87 ms in one that decodes each group once (KeptRows).
 constexpr int64_t kInterleavedFp8StreamMaxM = 16;
 // BF16 GEMV tiles run on FMAs up to this M (a BF16 group needs no decode, and vdpbf16ps streamed
 // the head no faster at M = 1-2); beyond it 2 M FMAs per group make them core-bound, and they run
@@ -750,22 +752,38 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
 
 // Activation rows of a tile's first pass: all of them, or 4 where MR x NR accumulators and the
 // decode's registers do not fit (FP8 beyond 4 rows; FP4 at 6-8, whose 2-row sub-tiles would shift
-// by a count known only at run time); the rest follow in a second pass. FP8 decodes a row pair
-// with 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a decoded row costs about
-// as much (a zmm store takes 2 cycles on Zen 4), so the first pass keeps each chunk's decoded rows
-// for the second only where that pass is short (KeepsDecodedRows); elsewhere the second pass
-// decodes the whole tile again, from L2. FP8 5120x8192, 2 threads, cold, decoding twice / keeping:
-// M = 5 1.80 / 1.62, M = 6 1.92 / 1.82, M = 7 2.01 / 1.94 ms; M = 8, one thread hot, 834 / 860 us.
-// Chunk by chunk without keeping ran 2% slower than two passes over the whole tile (FP8 M = 8).
+// by a count known only at run time); the rest follow in more passes. FP8 decodes a row pair with
+// 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a decoded row costs about as much
+// (a zmm store takes 2 cycles on Zen 4), so the first pass keeps each chunk's decoded rows for the
+// others (KeptPasses) except at M = 8, where the second pass decodes the whole tile again, from L2.
+// FP8 5120x8192, 2 threads, cold, decoding again / keeping: M = 5 1.80 / 1.62, M = 6 1.92 / 1.82,
+// M = 7 2.01 / 1.94 ms, M = 12 3.18-3.27 / 3.02-3.08 ms, M = 16 4.19-4.24 / 3.83-3.87 ms (before:
+// passes of 8 rows, each decoding twice); one thread, hot: M = 8 834 / 860 us.
+// Chunk by chunk without keeping ran 2% slower than passes over the whole tile (FP8 M = 8).
 constexpr int FirstPassRows(MatrixFormat f, int mr, bool dp) {
   const bool split = dp && mr > 4 && (f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kFP4Row32 && mr > 5));
   return split ? 4 : mr;
 }
 constexpr bool KeepsDecodedRows(MatrixFormat f, int mr, bool dp) {
-  return FirstPassRows(f, mr, dp) < mr && f == MatrixFormat::kFP8Block32 && mr < 8;
+  return FirstPassRows(f, mr, dp) < mr && f == MatrixFormat::kFP8Block32 && mr != 8;
 }
 
-// One tile's 16 rows for MR activation rows, chunk by chunk, in one pass or two (FirstPassRows).
+// The passes over a chunk's kept rows for MR activation rows, 4 at a time, each with its parked
+// accumulators.
+template <MatrixFormat F, int MR>
+struct KeptPasses {
+  static constexpr int kHere = MR < 4 ? MR : 4;
+  ChunkPark<F, kHere, ChunkRows::kKept> park;
+  [[no_unique_address]] std::conditional_t<(MR > kHere), KeptPasses<F, MR - kHere>, std::monostate> rest;
+
+  [[gnu::always_inline]] void Run(const uint32_t* x, int64_t xstride, int64_t groups, int64_t g0, int64_t g1,
+                                  __m512i* kept, float (*out)[kMaxTileN]) {
+    InterleavedChunk<F, kHere, true, ChunkRows::kKept>(nullptr, nullptr, x, xstride, groups, g0, g1, park, kept, out);
+    if constexpr (MR > kHere) rest.Run(x + kHere * xstride, xstride, groups, g0, g1, kept, out + kHere);
+  }
+};
+
+// One tile's 16 rows for MR activation rows, chunk by chunk, in one pass or more (FirstPassRows).
 template <MatrixFormat F, int MR, bool kDp>
 [[gnu::noinline]] void TileInterleavedRows(const uint8_t* tile, const uint8_t* fp8_scales,
                                            const std::conditional_t<kDp, uint32_t, float>* x, int64_t xstride,
@@ -784,13 +802,12 @@ template <MatrixFormat F, int MR, bool kDp>
   } else {
     alignas(64) __m512i kept[kChunk * InterleavedTiles::kRows];
     ChunkPark<F, kFirst, ChunkRows::kCodesKept> first;
-    ChunkPark<F, MR - kFirst, ChunkRows::kKept> rest;
+    KeptPasses<F, MR - kFirst> rest;
     for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
       const int64_t g1 = std::min(groups, g0 + kChunk);
       InterleavedChunk<F, kFirst, kDp, ChunkRows::kCodesKept>(tile, fp8_scales, x, xstride, groups, g0, g1, first, kept,
                                                               out);
-      InterleavedChunk<F, MR - kFirst, kDp, ChunkRows::kKept>(tile, fp8_scales, x + kFirst * xstride, xstride, groups,
-                                                              g0, g1, rest, kept, out + kFirst);
+      rest.Run(x + kFirst * xstride, xstride, groups, g0, g1, kept, out + kFirst);
     }
   }
 }
@@ -1218,20 +1235,23 @@ struct StreamFn {
     }
     InPasses<false>(job, b, e);
   }
-  // More than kTileMaxM rows: ceil(m / kTileMaxM) passes over each block of weight rows (a
-  // multiple of 32 rows, so that FP8 blocks and interleaved tiles stay whole). In place, and FP4
-  // on either layout, the passes take near-equal row counts; BF16 and FP8 on the interleaved copy
-  // take 8 rows and the rest, whose 2-row sub-tiles beat 6-7-row passes there (16384x5120 BF16
-  // M = 12 / 14: 6.25 / 8.3 against 8.3 / 9.4 ms; FP8 wo_b M = 12 3.15 against 3.84 ms; in place
-  // BF16 M = 12 7.2 against 8.7 ms the other way round).
+  // More than kTileMaxM rows: FP8 on the interleaved copy in one pass (KeptRows); else
+  // ceil(m / kTileMaxM) passes over each block of weight rows (a multiple of 32 rows, so that FP8
+  // blocks and interleaved tiles stay whole). In place, and FP4 on either layout, the passes take
+  // near-equal row counts; BF16 on the interleaved copy takes 8 rows and the rest, whose 2-row
+  // sub-tiles beat 6-7-row passes there (16384x5120 M = 12 / 14: 6.25 / 8.3 against 8.3 / 9.4 ms;
+  // in place M = 12 7.2 against 8.7 ms the other way round).
   template <bool kDp>
   static void InPasses(const Job& job, int64_t b, int64_t e) {
     if (job.m <= kTileMaxM) return ByRows<kDp>(job, b, e);
+    if constexpr (kDp && F == MatrixFormat::kFP8Block32) {
+      if (CopyReadable(*job.w) && job.m <= kInterleavedFp8StreamMaxM) return KeptRows(job, b, e);
+    }
     const WeightMatrix& w = *job.w;
     const int64_t row_bytes = RowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
     const int64_t block = std::max<int64_t>(kQuantBlock, kPassBlockBytes / row_bytes / kQuantBlock * kQuantBlock);
     const int64_t passes = (job.m + kTileMaxM - 1) / kTileMaxM;
-    const bool full_first = kDp && (F == MatrixFormat::kBF16 || F == MatrixFormat::kFP8Block32) && CopyReadable(w);
+    const bool full_first = kDp && F == MatrixFormat::kBF16 && CopyReadable(w);
     for (int64_t n = b; n < e; n += block) {
       for (int64_t p = 0, r0 = 0; p < passes; ++p) {
         const int64_t rows = full_first ? std::min(kTileMaxM, job.m - r0) : (job.m - r0) / (passes - p);
@@ -1246,6 +1266,28 @@ struct StreamFn {
         ByRows<kDp>(part, n, std::min(e, n + block));
         r0 += rows;
       }
+    }
+  }
+  // FP8 on the interleaved copy, 9-16 rows: one pass over the weights that decodes each group
+  // once (KeptPasses).
+  static void KeptRows(const Job& job, int64_t b, int64_t e) {
+    switch (job.m) {
+      case 9:
+        return StreamInterleaved<F, 9, true>(job, b, e);
+      case 10:
+        return StreamInterleaved<F, 10, true>(job, b, e);
+      case 11:
+        return StreamInterleaved<F, 11, true>(job, b, e);
+      case 12:
+        return StreamInterleaved<F, 12, true>(job, b, e);
+      case 13:
+        return StreamInterleaved<F, 13, true>(job, b, e);
+      case 14:
+        return StreamInterleaved<F, 14, true>(job, b, e);
+      case 15:
+        return StreamInterleaved<F, 15, true>(job, b, e);
+      default:
+        return StreamInterleaved<F, 16, true>(job, b, e);
     }
   }
   template <bool kDp>
@@ -1298,8 +1340,8 @@ struct PrepDenseFn {
 };
 
 struct Avx512 {
-  // FP8 with an interleaved copy that its decode reads streams up to 16 rows too, in passes of at most
-  // 8 (the decode is cheap enough to run twice; see StreamMaxRows), on the Zen 4 plan.
+  // FP8 with an interleaved copy that its decode reads streams up to 16 rows too, in one pass
+  // (KeptRows), on the Zen 4 plan.
   static int64_t StreamMaxM(const WeightMatrix& w, Bf16Dot dot) {
     if (w.format == MatrixFormat::kFP8Block32 && dot == Bf16Dot::kQuantized && CopyReadable(w)) {
       return kInterleavedFp8StreamMaxM;
