@@ -468,7 +468,7 @@ constexpr int64_t kPassBlockBytes = 256 << 10;
 constexpr int64_t StreamMaxRows(MatrixFormat f) { return f == MatrixFormat::kFP8Block32 ? kTileMaxM : 16; }
 // On the interleaved copy (DecodeE4M3Pair: 2.5 operations a row and group) streaming is faster
 // than the panels: wo_b 5120x8192 M = 12 / 16 3.80 / 4.22 ms in two passes against 4.17 / 5.02 ms,
-// and 3.02-3.08 / 3.83-3.87 ms in one that decodes each group once (KeptRows).
+// and 3.02-3.08 / 3.83-3.87 ms in one that decodes each group once (OnePass).
 constexpr int64_t kInterleavedFp8StreamMaxM = 16;
 // BF16 GEMV tiles run on FMAs up to this M (a BF16 group needs no decode, and vdpbf16ps streamed
 // the head no faster at M = 1-2); beyond it 2 M FMAs per group make them core-bound, and they run
@@ -651,9 +651,10 @@ constexpr bool InterleavedRowsWin(MatrixFormat f, int mr, bool dp) {
   return false;
 }
 
-// Where a chunk's sub-tiles take their weight rows from: the copy's codes, decoded; the codes,
+// Where a chunk's sub-tiles take their weight rows from: the copy's codes, decoded, prefetching
+// the next chunk; the codes again (an earlier pass over the chunk prefetched them); the codes,
 // decoded and also kept in a buffer (bf16 pairs) for more activation rows; or that buffer.
-enum class ChunkRows { kCodes, kCodesKept, kKept };
+enum class ChunkRows { kCodes, kCodesAgain, kCodesKept, kKept };
 
 // Sub-tile rows for the kept pairs (no decode registers): as many as MR x NR accumulators allow.
 constexpr int SubTileRows(MatrixFormat f, int mr, ChunkRows from) {
@@ -673,15 +674,15 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
                                                     int64_t groups, int64_t g0, int64_t g1,
                                                     ChunkPark<F, MR, kFrom>& park, __m512i* kept,
                                                     float (*out)[kMaxTileN]) {
-  static_assert(kDp || kFrom == ChunkRows::kCodes, "only vdpbf16ps tiles keep decoded rows");
+  static_assert(kDp || kFrom == ChunkRows::kCodes, "FMA tiles run in one pass");
   constexpr int NR = SubTileRows(F, MR, kFrom);
   constexpr int kRows = InterleavedTiles::kRows, kSubTiles = kRows / NR;
   constexpr int64_t kBlock = InterleavedTiles::BlockBytes(F), kCodes = InterleavedTiles::GroupBytes(F);
   constexpr int64_t kRowGroup = kDp ? 16 : kGroup;
   // Prefetches per group and sub-tile: the next chunk's lines, spread evenly over the chunk (the
-  // decoding pass only).
-  constexpr int kPrefetches =
-      kFrom == ChunkRows::kKept ? 0 : static_cast<int>((kBlock + 64 * kSubTiles - 1) / (64 * kSubTiles));
+  // first pass only).
+  constexpr bool kFirstPass = kFrom == ChunkRows::kCodes || kFrom == ChunkRows::kCodesKept;
+  constexpr int kPrefetches = kFirstPass ? static_cast<int>((kBlock + 64 * kSubTiles - 1) / (64 * kSubTiles)) : 0;
   const char* next = reinterpret_cast<const char*>(tile + g1 * kBlock);
   for (int s = 0; s < kSubTiles; ++s) {
     __m512 acc[MR][NR];
@@ -750,36 +751,45 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
   }
 }
 
-// Activation rows of a tile's first pass: all of them, or 4 where MR x NR accumulators and the
-// decode's registers do not fit (FP8 beyond 4 rows; FP4 at 6-8, whose 2-row sub-tiles would shift
-// by a count known only at run time); the rest follow in more passes. FP8 decodes a row pair with
-// 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a decoded row costs about as much
-// (a zmm store takes 2 cycles on Zen 4), so the first pass keeps each chunk's decoded rows for the
-// others (KeptPasses) except at M = 8, where the second pass decodes the whole tile again, from L2.
-// FP8 5120x8192, 2 threads, cold, decoding again / keeping: M = 5 1.80 / 1.62, M = 6 1.92 / 1.82,
-// M = 7 2.01 / 1.94 ms, M = 12 3.18-3.27 / 3.02-3.08 ms, M = 16 4.19-4.24 / 3.83-3.87 ms (before:
-// passes of 8 rows, each decoding twice); one thread, hot: M = 8 834 / 860 us.
-// Chunk by chunk without keeping ran 2% slower than passes over the whole tile (FP8 M = 8).
+// Activation rows of a tile's first pass: all of them, or as many as MR x NR accumulators and the
+// decode's registers allow (FP8 beyond 4 rows; FP4 at 6-8, whose 2-row sub-tiles would shift by a
+// count known only at run time; BF16 beyond 8, whose 2-row sub-tiles beat 6-7-row passes:
+// 16384x5120 M = 12 / 14 6.25 / 8.3 against 8.3 / 9.4 ms); the rest follow in more passes of as
+// many rows, which read each chunk as LaterPasses says.
 constexpr int FirstPassRows(MatrixFormat f, int mr, bool dp) {
+  if (dp && f == MatrixFormat::kBF16 && mr > 8) return 8;
   const bool split = dp && mr > 4 && (f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kFP4Row32 && mr > 5));
   return split ? 4 : mr;
 }
-constexpr bool KeepsDecodedRows(MatrixFormat f, int mr, bool dp) {
-  return FirstPassRows(f, mr, dp) < mr && f == MatrixFormat::kFP8Block32 && mr != 8;
+// FP8 decodes a row pair with 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a
+// decoded row costs about as much (a zmm store takes 2 cycles on Zen 4), so the first pass keeps
+// each chunk's decoded rows for the others (kKept) except at M = 8, where the second pass decodes
+// the whole tile again, from L2 (kCodes: passes over the whole tile, as FP4's). FP8 5120x8192,
+// 2 threads, cold, decoding again / keeping: M = 5 1.80 / 1.62, M = 6 1.92 / 1.82, M = 7 2.01 /
+// 1.94 ms, M = 12 3.18-3.27 / 3.02-3.08 ms, M = 16 4.19-4.24 / 3.83-3.87 ms (before: passes of 8
+// rows, each decoding twice); one thread, hot: M = 8 834 / 860 us; chunk by chunk without keeping
+// ran 2% slower than passes over the whole tile. BF16 runs its passes chunk by chunk (kCodesAgain):
+// while the later passes compute, the first one's prefetches keep DRAM busy; passes over blocks
+// of whole tiles (InPasses, 8 rows and the rest) left it idle in the later ones: BF16 16384x5120,
+// 2 threads, cold, M = 12 6.19-6.26 against 6.55-6.57 ms, M = 16 8.07-8.32 against 8.31-8.52 ms.
+constexpr ChunkRows LaterPasses(MatrixFormat f, int mr) {
+  return f == MatrixFormat::kBF16                    ? ChunkRows::kCodesAgain
+         : f == MatrixFormat::kFP8Block32 && mr != 8 ? ChunkRows::kKept
+                                                     : ChunkRows::kCodes;
 }
 
-// The passes over a chunk's kept rows for MR activation rows, 4 at a time, each with its parked
+// The later passes over a chunk for MR activation rows, kStep at a time, each with its parked
 // accumulators.
-template <MatrixFormat F, int MR>
-struct KeptPasses {
-  static constexpr int kHere = MR < 4 ? MR : 4;
-  ChunkPark<F, kHere, ChunkRows::kKept> park;
-  [[no_unique_address]] std::conditional_t<(MR > kHere), KeptPasses<F, MR - kHere>, std::monostate> rest;
+template <MatrixFormat F, int MR, int kStep, ChunkRows kFrom>
+struct ChunkPasses {
+  static constexpr int kHere = MR < kStep ? MR : kStep;
+  ChunkPark<F, kHere, kFrom> park;
+  [[no_unique_address]] std::conditional_t<(MR > kHere), ChunkPasses<F, MR - kHere, kStep, kFrom>, std::monostate> rest;
 
-  [[gnu::always_inline]] void Run(const uint32_t* x, int64_t xstride, int64_t groups, int64_t g0, int64_t g1,
-                                  __m512i* kept, float (*out)[kMaxTileN]) {
-    InterleavedChunk<F, kHere, true, ChunkRows::kKept>(nullptr, nullptr, x, xstride, groups, g0, g1, park, kept, out);
-    if constexpr (MR > kHere) rest.Run(x + kHere * xstride, xstride, groups, g0, g1, kept, out + kHere);
+  [[gnu::always_inline]] void Run(const uint8_t* tile, const uint32_t* x, int64_t xstride, int64_t groups, int64_t g0,
+                                  int64_t g1, __m512i* kept, float (*out)[kMaxTileN]) {
+    InterleavedChunk<F, kHere, true, kFrom>(tile, nullptr, x, xstride, groups, g0, g1, park, kept, out);
+    if constexpr (MR > kHere) rest.Run(tile, x + kHere * xstride, xstride, groups, g0, g1, kept, out + kHere);
   }
 };
 
@@ -790,24 +800,26 @@ template <MatrixFormat F, int MR, bool kDp>
                                            int64_t groups, float (*out)[kMaxTileN]) {
   constexpr int64_t kChunk = kInterleavedChunkGroups<F>;
   constexpr int kFirst = FirstPassRows(F, MR, kDp);
+  constexpr ChunkRows kLater = LaterPasses(F, MR);
   if constexpr (kFirst == MR) {
     ChunkPark<F, MR, ChunkRows::kCodes> park;
     for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
       InterleavedChunk<F, MR, kDp, ChunkRows::kCodes>(tile, fp8_scales, x, xstride, groups, g0,
                                                       std::min(groups, g0 + kChunk), park, nullptr, out);
     }
-  } else if constexpr (!KeepsDecodedRows(F, MR, kDp)) {
+  } else if constexpr (kLater == ChunkRows::kCodes) {
     TileInterleavedRows<F, kFirst, kDp>(tile, fp8_scales, x, xstride, groups, out);
     TileInterleavedRows<F, MR - kFirst, kDp>(tile, fp8_scales, x + kFirst * xstride, xstride, groups, out + kFirst);
   } else {
-    alignas(64) __m512i kept[kChunk * InterleavedTiles::kRows];
-    ChunkPark<F, kFirst, ChunkRows::kCodesKept> first;
-    KeptPasses<F, MR - kFirst> rest;
+    constexpr bool kKeep = kLater == ChunkRows::kKept;
+    constexpr ChunkRows kFirstFrom = kKeep ? ChunkRows::kCodesKept : ChunkRows::kCodes;
+    alignas(64) __m512i kept[kKeep ? kChunk * InterleavedTiles::kRows : 1];
+    ChunkPark<F, kFirst, kFirstFrom> first;
+    ChunkPasses<F, MR - kFirst, kFirst, kLater> rest;
     for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
       const int64_t g1 = std::min(groups, g0 + kChunk);
-      InterleavedChunk<F, kFirst, kDp, ChunkRows::kCodesKept>(tile, fp8_scales, x, xstride, groups, g0, g1, first, kept,
-                                                              out);
-      rest.Run(x + kFirst * xstride, xstride, groups, g0, g1, kept, out + kFirst);
+      InterleavedChunk<F, kFirst, kDp, kFirstFrom>(tile, fp8_scales, x, xstride, groups, g0, g1, first, kept, out);
+      rest.Run(tile, x + kFirst * xstride, xstride, groups, g0, g1, kept, out + kFirst);
     }
   }
 }
@@ -1235,26 +1247,22 @@ struct StreamFn {
     }
     InPasses<false>(job, b, e);
   }
-  // More than kTileMaxM rows: FP8 on the interleaved copy in one pass (KeptRows); else
-  // ceil(m / kTileMaxM) passes over each block of weight rows (a multiple of 32 rows, so that FP8
-  // blocks and interleaved tiles stay whole). In place, and FP4 on either layout, the passes take
-  // near-equal row counts; BF16 on the interleaved copy takes 8 rows and the rest, whose 2-row
-  // sub-tiles beat 6-7-row passes there (16384x5120 M = 12 / 14: 6.25 / 8.3 against 8.3 / 9.4 ms;
-  // in place M = 12 7.2 against 8.7 ms the other way round).
+  // More than kTileMaxM rows: FP8 and BF16 on the interleaved copy in one pass (OnePass); else
+  // ceil(m / kTileMaxM) passes of near-equal row counts over each block of weight rows (a multiple
+  // of 32 rows, so that FP8 blocks stay whole).
   template <bool kDp>
   static void InPasses(const Job& job, int64_t b, int64_t e) {
     if (job.m <= kTileMaxM) return ByRows<kDp>(job, b, e);
-    if constexpr (kDp && F == MatrixFormat::kFP8Block32) {
-      if (CopyReadable(*job.w) && job.m <= kInterleavedFp8StreamMaxM) return KeptRows(job, b, e);
+    if constexpr (kDp && (F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kBF16)) {
+      if (CopyReadable(*job.w) && job.m <= 16) return OnePass(job, b, e);
     }
     const WeightMatrix& w = *job.w;
     const int64_t row_bytes = RowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
     const int64_t block = std::max<int64_t>(kQuantBlock, kPassBlockBytes / row_bytes / kQuantBlock * kQuantBlock);
     const int64_t passes = (job.m + kTileMaxM - 1) / kTileMaxM;
-    const bool full_first = kDp && F == MatrixFormat::kBF16 && CopyReadable(w);
     for (int64_t n = b; n < e; n += block) {
       for (int64_t p = 0, r0 = 0; p < passes; ++p) {
-        const int64_t rows = full_first ? std::min(kTileMaxM, job.m - r0) : (job.m - r0) / (passes - p);
+        const int64_t rows = (job.m - r0) / (passes - p);
         Job part = job;
         part.m = rows;
         if (kDp) {
@@ -1268,9 +1276,9 @@ struct StreamFn {
       }
     }
   }
-  // FP8 on the interleaved copy, 9-16 rows: one pass over the weights that decodes each group
-  // once (KeptPasses).
-  static void KeptRows(const Job& job, int64_t b, int64_t e) {
+  // FP8 and BF16 on the interleaved copy, 9-16 rows: one pass over the weights, its later passes
+  // over each chunk from L1 (LaterPasses).
+  static void OnePass(const Job& job, int64_t b, int64_t e) {
     switch (job.m) {
       case 9:
         return StreamInterleaved<F, 9, true>(job, b, e);
@@ -1341,7 +1349,7 @@ struct PrepDenseFn {
 
 struct Avx512 {
   // FP8 with an interleaved copy that its decode reads streams up to 16 rows too, in one pass
-  // (KeptRows), on the Zen 4 plan.
+  // (OnePass), on the Zen 4 plan.
   static int64_t StreamMaxM(const WeightMatrix& w, Bf16Dot dot) {
     if (w.format == MatrixFormat::kFP8Block32 && dot == Bf16Dot::kQuantized && CopyReadable(w)) {
       return kInterleavedFp8StreamMaxM;
