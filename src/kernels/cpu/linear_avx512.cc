@@ -451,6 +451,15 @@ struct FmaDecoder {
   }
 };
 
+// Calls fn.template operator()<M>() with the compile-time M = m, for kLo <= m <= kHi (beyond: kHi).
+template <int kLo, int kHi, class Fn>
+[[gnu::always_inline]] inline void WithRows(int64_t m, Fn&& fn) {
+  if constexpr (kLo < kHi) {
+    if (m > kLo) return WithRows<kLo + 1, kHi>(m, fn);
+  }
+  fn.template operator()<kLo>();
+}
+
 // ---- streaming tiles (M <= 8) -------------------------------------------------------------------
 
 // Register tiles take up to kTileMaxM activation rows, so a call of up to that many streams the
@@ -1082,23 +1091,13 @@ void MicroDpMx4(const uint32_t* panel, const uint32_t* x, int64_t xstride, int64
 template <class T>
 void Micro(int64_t mr, const T* panel, const T* x, int64_t xstride, int64_t groups, __m512* acc, const char* prefetch,
            int64_t prefetch_lines) {
-  auto run = [&]<int MR>() {
+  WithRows<1, 4>(mr, [&]<int MR>() {
     if constexpr (std::is_same_v<T, float>) {
       MicroMx4<MR>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
     } else {
       MicroDpMx4<MR>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
     }
-  };
-  switch (mr) {
-    case 1:
-      return run.template operator()<1>();
-    case 2:
-      return run.template operator()<2>();
-    case 3:
-      return run.template operator()<3>();
-    default:
-      return run.template operator()<4>();
-  }
+  });
 }
 
 // Where group g of one weight row is: its bytes and its scale byte (0 for unscaled formats), in
@@ -1279,45 +1278,11 @@ struct StreamFn {
   // FP8 and BF16 on the interleaved copy, 9-16 rows: one pass over the weights, its later passes
   // over each chunk from L1 (LaterPasses).
   static void OnePass(const Job& job, int64_t b, int64_t e) {
-    switch (job.m) {
-      case 9:
-        return StreamInterleaved<F, 9, true>(job, b, e);
-      case 10:
-        return StreamInterleaved<F, 10, true>(job, b, e);
-      case 11:
-        return StreamInterleaved<F, 11, true>(job, b, e);
-      case 12:
-        return StreamInterleaved<F, 12, true>(job, b, e);
-      case 13:
-        return StreamInterleaved<F, 13, true>(job, b, e);
-      case 14:
-        return StreamInterleaved<F, 14, true>(job, b, e);
-      case 15:
-        return StreamInterleaved<F, 15, true>(job, b, e);
-      default:
-        return StreamInterleaved<F, 16, true>(job, b, e);
-    }
+    WithRows<9, 16>(job.m, [&]<int MR>() { StreamInterleaved<F, MR, true>(job, b, e); });
   }
   template <bool kDp>
   static void ByRows(const Job& job, int64_t b, int64_t e) {
-    switch (job.m) {
-      case 1:
-        return StreamRowsT<F, 1, kDp>(job, b, e);
-      case 2:
-        return StreamRowsT<F, 2, kDp>(job, b, e);
-      case 3:
-        return StreamRowsT<F, 3, kDp>(job, b, e);
-      case 4:
-        return StreamRowsT<F, 4, kDp>(job, b, e);
-      case 5:
-        return StreamRowsT<F, 5, kDp>(job, b, e);
-      case 6:
-        return StreamRowsT<F, 6, kDp>(job, b, e);
-      case 7:
-        return StreamRowsT<F, 7, kDp>(job, b, e);
-      default:
-        return StreamRowsT<F, 8, kDp>(job, b, e);
-    }
+    WithRows<1, kTileMaxM>(job.m, [&]<int MR>() { StreamRowsT<F, MR, kDp>(job, b, e); });
   }
 };
 template <MatrixFormat F>
