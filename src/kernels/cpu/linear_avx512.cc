@@ -479,6 +479,10 @@ constexpr int64_t StreamMaxRows(MatrixFormat f) { return f == MatrixFormat::kFP8
 // than the panels: wo_b 5120x8192 M = 12 / 16 3.80 / 4.22 ms in two passes against 4.17 / 5.02 ms,
 // and 3.02-3.08 / 3.83-3.87 ms in one that decodes each group once (OnePass).
 constexpr int64_t kInterleavedFp8StreamMaxM = 16;
+// FP8 and BF16 on the interleaved copy stream up to this many rows in one pass over the weights
+// (TileInterleavedRows' chunk passes), which covers both formats' streaming range.
+constexpr int64_t kOnePassMaxM = 16;
+static_assert(kInterleavedFp8StreamMaxM <= kOnePassMaxM && StreamMaxRows(MatrixFormat::kBF16) <= kOnePassMaxM);
 // BF16 GEMV tiles run on FMAs up to this M (a BF16 group needs no decode, and vdpbf16ps streamed
 // the head no faster at M = 1-2); beyond it 2 M FMAs per group make them core-bound, and they run
 // on vdpbf16ps where a call proves it exact.
@@ -488,10 +492,7 @@ constexpr int64_t kBf16FmaMaxM = 4;
 // The hardware prefetchers alone left the FP8 GEMV (vdpbf16ps, whose decode costs about as much
 // core time as the DRAM transfer) at ~60% of the read bandwidth; measured with 2 threads on the
 // V4.1 shapes: FP8 +45%, BF16 head +14%, FP4 unchanged; 512 to 2048 bytes all work.
-#ifndef DI_PF
-#define DI_PF 512
-#endif
-constexpr int64_t kStreamPrefetch = DI_PF;
+constexpr int64_t kStreamPrefetch = 512;
 
 // FP8 / FP4: NR weight rows x MR activation rows with vdpbf16ps; x: MR rows of bf16 pairs, stride
 // xstride. Each weight group is decoded and used at once (few live registers, so NR can be 16).
@@ -1253,7 +1254,7 @@ struct StreamFn {
   static void InPasses(const Job& job, int64_t b, int64_t e) {
     if (job.m <= kTileMaxM) return ByRows<kDp>(job, b, e);
     if constexpr (kDp && (F == MatrixFormat::kFP8Block32 || F == MatrixFormat::kBF16)) {
-      if (CopyReadable(*job.w) && job.m <= 16) return OnePass(job, b, e);
+      if (CopyReadable(*job.w) && job.m <= kOnePassMaxM) return OnePass(job, b, e);
     }
     const WeightMatrix& w = *job.w;
     const int64_t row_bytes = RowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
@@ -1278,7 +1279,7 @@ struct StreamFn {
   // FP8 and BF16 on the interleaved copy, 9-16 rows: one pass over the weights, its later passes
   // over each chunk from L1 (LaterPasses).
   static void OnePass(const Job& job, int64_t b, int64_t e) {
-    WithRows<9, 16>(job.m, [&]<int MR>() { StreamInterleaved<F, MR, true>(job, b, e); });
+    WithRows<kTileMaxM + 1, kOnePassMaxM>(job.m, [&]<int MR>() { StreamInterleaved<F, MR, true>(job, b, e); });
   }
   template <bool kDp>
   static void ByRows(const Job& job, int64_t b, int64_t e) {
