@@ -685,6 +685,8 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
                                                     ChunkPark<F, MR, kFrom>& park, __m512i* kept,
                                                     float (*out)[kMaxTileN]) {
   static_assert(kDp || kFrom == ChunkRows::kCodes, "FMA tiles run in one pass");
+  // FP4 sub-tiles take whole quads, so that each row's shift is a compile-time count (FirstPassRows).
+  static_assert(F != MatrixFormat::kFP4Row32 || SubTileRows(F, MR, kFrom) % 4 == 0, "FP4 sub-tiles of 4k rows");
   constexpr int NR = SubTileRows(F, MR, kFrom);
   constexpr int kRows = InterleavedTiles::kRows, kSubTiles = kRows / NR;
   constexpr int64_t kBlock = InterleavedTiles::BlockBytes(F), kCodes = InterleavedTiles::GroupBytes(F);
@@ -722,7 +724,7 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
       __m512i pair[2], quad[(NR + 3) / 4];
       if constexpr (kDecode && F == MatrixFormat::kFP4Row32) {
 #pragma GCC unroll 4
-        for (int q = 0; q < (NR + 3) / 4; ++q) quad[q] = LoadFp4Quad(block + kRows, s * NR / 4 + q);
+        for (int q = 0; q < NR / 4; ++q) quad[q] = LoadFp4Quad(block + kRows, s * NR / 4 + q);
       }
 #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) {
@@ -734,7 +736,7 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
           if (n % 2 == 0) DecodeE4M3Pair(block + row * kCodes, table, pair[0], pair[1]);
           w = pair[n % 2];
         } else if constexpr (F == MatrixFormat::kFP4Row32) {
-          w = DecodeFp4QuadPairs(quad[n / 4], NR % 4 == 0 ? n % 4 : row % 4, block[row]);
+          w = DecodeFp4QuadPairs(quad[n / 4], n % 4, block[row]);
         } else {
           w = _mm512_loadu_si512(block + row * kCodes);
         }
