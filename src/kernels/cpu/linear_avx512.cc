@@ -774,7 +774,7 @@ constexpr int FirstPassRows(MatrixFormat f, int mr, bool dp) {
   return split ? 4 : mr;
 }
 // FP8 decodes a row pair with 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a
-// decoded row costs about as much (a zmm store takes 2 cycles on Zen 4), so the first pass keeps
+// decoded row costs about as much (Zen 4 splits a zmm store in two), so the first pass keeps
 // each chunk's decoded rows for the others (kKept) except at M = 8, where the second pass decodes
 // the whole tile again, from L2 (kCodes: passes over the whole tile, as FP4's). FP8 5120x8192,
 // 2 threads, cold, decoding again / keeping: M = 5 1.80 / 1.62, M = 6 1.92 / 1.82, M = 7 2.01 /
