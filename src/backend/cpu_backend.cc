@@ -230,6 +230,7 @@ void CpuBackend::HcExpand(const Tensor& y, const Tensor& post_in, const Tensor& 
   CheckShape(streams, rows, hc * dim, "mHC expand streams");
   // Rows in parallel (a prefill's are many); a row reads its hc copies and writes them back.
   const size_t min_rows = ThreadPool::MinItemsPerPart(static_cast<size_t>(2 * hc * dim * sizeof(float)));
+  scratch_.Reserve(0, sizeof(float) * static_cast<size_t>(hc * dim));
   cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), min_rows, [&](size_t begin, size_t end, int thread) {
     float* mixed = scratch_.Get<float>(thread, 0, static_cast<size_t>(hc * dim));
     for (size_t r = begin; r < end; ++r) {
@@ -336,6 +337,7 @@ void CpuBackend::IndexerSelect(const Tensor& q, const Tensor& head_weights, cons
                                 floats(blocks) + floats(2 * blocks);
   // A row reads its visible keys.
   const size_t min_rows = ThreadPool::MinItemsPerPart(static_cast<size_t>(std::max<int64_t>(1, widest * dim * 4)));
+  scratch_.Reserve(0, sizeof(float) * scratch_floats);
   cpu_.pool.ParallelForThreads(rows.size(), min_rows, [&](size_t begin, size_t end, int thread) {
     float* buffer = scratch_.Get<float>(thread, 0, scratch_floats);
     float* scores_buffer = buffer;
@@ -386,6 +388,7 @@ void CpuBackend::SparseAttention(const Tensor& q, int heads, std::span<const flo
   const int64_t entries_per_row = rows > 0 ? static_cast<int64_t>(entries.size()) / rows : 0;
   const size_t min_units =
       ThreadPool::MinItemsPerPart(static_cast<size_t>(std::max<int64_t>(1, entries_per_row * dim * 4)));
+  scratch_.Reserve(0, sizeof(float) * SparseAttentionScratchFloats(dim));
   cpu_.pool.ParallelForThreads(rows * groups, min_units, [&](size_t begin, size_t end, int thread) {
     float* scratch = scratch_.Get<float>(thread, 0, SparseAttentionScratchFloats(dim));
     for (size_t unit = begin; unit < end; ++unit) {

@@ -6,7 +6,10 @@
 // a few fixed slots of it, which stay valid until that (thread, slot) is asked for again, so a
 // slot the caller fills before a call (the activations) is only read inside it, and the parts
 // take their temporaries from other slots. Thread contract: each thread touches only its own
-// buffers; a ThreadScratch serves one forward at a time.
+// buffers, except Reserve, which the thread that drives the pool calls between its parallel calls
+// (no part running), so that a part never grows its buffer: which thread runs which part depends
+// on timing, and a forward allocates nothing once it has run at its shape whichever threads ran
+// its parts before. A ThreadScratch serves one forward at a time.
 #pragma once
 
 #include <array>
@@ -27,6 +30,8 @@ class ThreadScratch {
   uint64_t held_bytes() const;
   // At least `bytes`, 64-byte aligned, contents undefined.
   void* Buffer(int thread, int slot, size_t bytes);
+  // Grows `slot` of every thread to at least `bytes` (see the thread contract above).
+  void Reserve(int slot, size_t bytes);
   template <class T>
   T* Get(int thread, int slot, size_t count) {
     return static_cast<T*>(Buffer(thread, slot, count * sizeof(T)));
@@ -36,6 +41,7 @@ class ThreadScratch {
   struct Slot {
     std::unique_ptr<std::byte[]> memory;
     size_t bytes = 0;
+    void Grow(size_t at_least);
   };
   // Per thread, padded to its own cache lines.
   struct alignas(64) ThreadSlots {

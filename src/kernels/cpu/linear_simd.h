@@ -308,10 +308,12 @@ class Driver {
     const WeightMatrix& w = *job.w;
     const size_t unit = w.interleaved ? static_cast<size_t>(InterleavedTiles::kRows) : 1;
     const size_t units = (static_cast<size_t>(w.rows) + unit - 1) / unit;
+    const size_t tile_bytes = Isa::ScratchBytes(w.format, job.groups, job.m);
+    if (scratch != nullptr) scratch->Reserve(kTileSlot, tile_bytes);
     pool.ParallelForThreads(units, (MinRowsPerPart(job) + unit - 1) / unit, [&](size_t begin, size_t end, int thread) {
       begin *= unit;
       end = std::min(end * unit, static_cast<size_t>(w.rows));
-      Array<unsigned char> tile(Isa::ScratchBytes(w.format, job.groups, job.m), scratch, thread, kTileSlot);
+      Array<unsigned char> tile(static_cast<int64_t>(tile_bytes), scratch, thread, kTileSlot);
       Run(job, begin, end, tile.data());
       after(begin, end);
     });
