@@ -230,9 +230,10 @@ void CpuBackend::HcExpand(const Tensor& y, const Tensor& post_in, const Tensor& 
   CheckShape(streams, rows, hc * dim, "mHC expand streams");
   // Rows in parallel (a prefill's are many); a row reads its hc copies and writes them back.
   const size_t min_rows = ThreadPool::MinItemsPerPart(static_cast<size_t>(2 * hc * dim * sizeof(float)));
-  scratch_.Reserve(0, sizeof(float) * static_cast<size_t>(hc * dim));
+  const size_t mixed_floats = static_cast<size_t>(hc * dim);
+  scratch_.Reserve(0, sizeof(float) * mixed_floats);
   cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), min_rows, [&](size_t begin, size_t end, int thread) {
-    float* mixed = scratch_.Get<float>(thread, 0, static_cast<size_t>(hc * dim));
+    float* mixed = scratch_.Get<float>(thread, 0, mixed_floats);
     for (size_t r = begin; r < end; ++r) {
       const int64_t row = static_cast<int64_t>(r);
       HcExpandRow(cpu_.isa, streams.row<float>(row), y.row<float>(row), post_in.row<float>(row),
@@ -388,9 +389,10 @@ void CpuBackend::SparseAttention(const Tensor& q, int heads, std::span<const flo
   const int64_t entries_per_row = rows > 0 ? static_cast<int64_t>(entries.size()) / rows : 0;
   const size_t min_units =
       ThreadPool::MinItemsPerPart(static_cast<size_t>(std::max<int64_t>(1, entries_per_row * dim * 4)));
-  scratch_.Reserve(0, sizeof(float) * SparseAttentionScratchFloats(dim));
+  const size_t scratch_floats = static_cast<size_t>(SparseAttentionScratchFloats(dim));
+  scratch_.Reserve(0, sizeof(float) * scratch_floats);
   cpu_.pool.ParallelForThreads(rows * groups, min_units, [&](size_t begin, size_t end, int thread) {
-    float* scratch = scratch_.Get<float>(thread, 0, SparseAttentionScratchFloats(dim));
+    float* scratch = scratch_.Get<float>(thread, 0, scratch_floats);
     for (size_t unit = begin; unit < end; ++unit) {
       const int64_t r = static_cast<int64_t>(unit / groups);
       const int h = static_cast<int>(unit % groups) * kSparseAttentionHeadGroup;

@@ -666,7 +666,8 @@ constexpr bool InterleavedRowsWin(MatrixFormat f, int mr, bool dp) {
 // decoded and also kept in a buffer (bf16 pairs) for more activation rows; or that buffer.
 enum class ChunkRows { kCodes, kCodesAgain, kCodesKept, kKept };
 
-// Sub-tile rows for the kept pairs (no decode registers): as many as MR x NR accumulators allow.
+// Rows per sub-tile: InterleavedSubTileRows where a pass decodes; on the kept pairs (no decode
+// registers) as many as MR x NR accumulators allow.
 constexpr int SubTileRows(MatrixFormat f, int mr, ChunkRows from) {
   return from == ChunkRows::kKept ? (mr == 1 ? 16 : mr == 2 ? 8 : 4) : InterleavedSubTileRows(f, mr);
 }
@@ -1251,7 +1252,7 @@ struct StreamFn {
   }
   // More than kTileMaxM rows: FP8 and BF16 on the interleaved copy in one pass (OnePass); else
   // ceil(m / kTileMaxM) passes of near-equal row counts over each block of weight rows (a multiple
-  // of 32 rows, so that FP8 blocks stay whole).
+  // of 32 rows, so that FP8 blocks and the FP4 copy's tiles stay whole).
   template <bool kDp>
   static void InPasses(const Job& job, int64_t b, int64_t e) {
     if (job.m <= kTileMaxM) return ByRows<kDp>(job, b, e);
