@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "kernels/cpu/compile_time_count.h"
 #include "kernels/cpu/linear_simd.h"
 
 namespace deepinfer {
@@ -450,15 +451,6 @@ struct FmaDecoder {
     }
   }
 };
-
-// Calls fn.template operator()<M>() with the compile-time M = m, for kLo <= m <= kHi (beyond: kHi).
-template <int kLo, int kHi, class Fn>
-[[gnu::always_inline]] inline void WithRows(int64_t m, Fn&& fn) {
-  if constexpr (kLo < kHi) {
-    if (m > kLo) return WithRows<kLo + 1, kHi>(m, fn);
-  }
-  fn.template operator()<kLo>();
-}
 
 // ---- streaming tiles (M <= 8) -------------------------------------------------------------------
 
@@ -1095,7 +1087,7 @@ void MicroDpMx4(const uint32_t* panel, const uint32_t* x, int64_t xstride, int64
 template <class T>
 void Micro(int64_t mr, const T* panel, const T* x, int64_t xstride, int64_t groups, __m512* acc, const char* prefetch,
            int64_t prefetch_lines) {
-  WithRows<1, 4>(mr, [&]<int MR>() {
+  WithCount<1, kPanelM>(mr, "GEMM micro-kernel rows", [&]<int MR>() {
     if constexpr (std::is_same_v<T, float>) {
       MicroMx4<MR>(panel, x, xstride, groups, acc, prefetch, prefetch_lines);
     } else {
@@ -1282,11 +1274,12 @@ struct StreamFn {
   // FP8 and BF16 on the interleaved copy, 9-16 rows: one pass over the weights, its later passes
   // over each chunk from L1 (LaterPasses).
   static void OnePass(const Job& job, int64_t b, int64_t e) {
-    WithRows<kTileMaxM + 1, kOnePassMaxM>(job.m, [&]<int MR>() { StreamInterleaved<F, MR, true>(job, b, e); });
+    WithCount<kTileMaxM + 1, kOnePassMaxM>(job.m, "one-pass tile rows",
+                                           [&]<int MR>() { StreamInterleaved<F, MR, true>(job, b, e); });
   }
   template <bool kDp>
   static void ByRows(const Job& job, int64_t b, int64_t e) {
-    WithRows<1, kTileMaxM>(job.m, [&]<int MR>() { StreamRowsT<F, MR, kDp>(job, b, e); });
+    WithCount<1, kTileMaxM>(job.m, "streaming tile rows", [&]<int MR>() { StreamRowsT<F, MR, kDp>(job, b, e); });
   }
 };
 template <MatrixFormat F>

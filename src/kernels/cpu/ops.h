@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/error.h"
+#include "kernels/cpu/compile_time_count.h"
 #include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
@@ -60,18 +61,7 @@ struct AttentionLoops {
 // levels' loops are templates on the head count of a group.
 template <class Run>
 void WithHeadCount(int heads, const Run& run) {
-  static_assert(kSparseAttentionHeadGroup == 4);
-  switch (heads) {
-    case 1:
-      return run.template operator()<1>();
-    case 2:
-      return run.template operator()<2>();
-    case 3:
-      return run.template operator()<3>();
-    case 4:
-      return run.template operator()<4>();
-  }
-  DI_CHECK(false, "attention loops: ", heads, " heads in a group of at most ", kSparseAttentionHeadGroup);
+  WithCount<1, kSparseAttentionHeadGroup>(heads, "attention loops: heads in a group", run);
 }
 void SparseAttentionBlocks(const AttentionLoops& loops, const float* q, int heads, int64_t dim,
                            std::span<const float* const> entries, const float* sink, float softmax_scale, float* out,
