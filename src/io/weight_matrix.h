@@ -34,6 +34,21 @@ constexpr ScaleBlock ScaleBlockOf(MatrixFormat format) {
   }
 }
 
+// Payload bytes of one row of `cols` elements (FP4: two per byte; the scales are stored apart).
+constexpr int64_t MatrixRowBytes(MatrixFormat format, int64_t cols) {
+  switch (format) {
+    case MatrixFormat::kBF16:
+      return cols * 2;
+    case MatrixFormat::kF32:
+      return cols * 4;
+    case MatrixFormat::kFP8Block32:
+      return cols;
+    case MatrixFormat::kFP4Row32:
+      return cols / 2;
+  }
+  return 0;
+}
+
 // The 32-wide K blocks of V4.1's FP8/FP4 GEMMs: the activation quantization block (act_quant's
 // block_size), which the quantized formats' column blocks equal, and the Engram tables' groups.
 inline constexpr int64_t kQuantBlock = 32;
@@ -128,6 +143,7 @@ struct WeightMatrix {
   bool quantized() const { return format == MatrixFormat::kFP8Block32 || format == MatrixFormat::kFP4Row32; }
   // Bytes of the payload plus its scales.
   uint64_t bytes() const;
+  int64_t row_bytes() const { return MatrixRowBytes(format, cols); }
   ScaleBlock scale_block() const { return ScaleBlockOf(format); }
   // The scale grid, [scale_rows, scale_cols] (0 x 0 for unquantized formats).
   int64_t scale_rows() const { return quantized() ? (rows + scale_block().rows - 1) / scale_block().rows : 0; }

@@ -865,13 +865,6 @@ void TileFma(const TileRows& t, const FmaDecoder<F>& dec, const float* x, int64_
     for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n]);
 }
 
-constexpr int64_t RowBytes(MatrixFormat f, int64_t cols) {
-  return f == MatrixFormat::kFP4Row32     ? cols / 2
-         : f == MatrixFormat::kFP8Block32 ? cols
-         : f == MatrixFormat::kBF16       ? cols * 2
-                                          : cols * 4;
-}
-
 // Weight rows [n_begin, n_end) for m <= kTileMaxM activation rows, in "strided" tiles of kNR rows:
 // tile t takes row t of each of kNR equal slices of the range, so every tile row continues where
 // the previous tile's row ended - kNR long sequential streams, which the hardware prefetchers
@@ -932,7 +925,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr int kNR = StreamTileRows<F, kDp>(MR);
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
   const WeightMatrix& w = *job.w;
-  const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = RowBytes(F, w.cols);
+  const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = MatrixRowBytes(F, w.cols);
   constexpr int kMidNR = kNR > 4 ? 4 : 1;  // the tail's tiles: kNR, kMidNR or 1 rows
   const FmaDecoder<F> dec{w.cols};
   float out[MR][kMaxTileN];
@@ -1159,7 +1152,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_flo
   }
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, xstride = groups * kRowGroup;
-  const int64_t row_bytes = RowBytes(F, w.cols);
+  const int64_t row_bytes = MatrixRowBytes(F, w.cols);
   const FmaDecoder<F> dec{w.cols};
   const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
   const int64_t m_block = MBlock<kDp>(groups);
@@ -1252,7 +1245,7 @@ struct StreamFn {
       if (CopyReadable(*job.w) && job.m <= kOnePassMaxM) return OnePass(job, b, e);
     }
     const WeightMatrix& w = *job.w;
-    const int64_t row_bytes = RowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
+    const int64_t row_bytes = MatrixRowBytes(F, w.cols) + (kQuantized<F> ? w.scale_cols() : 0);
     const int64_t block = std::max<int64_t>(kQuantBlock, kPassBlockBytes / row_bytes / kQuantBlock * kQuantBlock);
     const int64_t passes = (job.m + kTileMaxM - 1) / kTileMaxM;
     for (int64_t n = b; n < e; n += block) {
