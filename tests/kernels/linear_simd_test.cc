@@ -626,7 +626,7 @@ std::vector<float> CanonicalLinear(const WeightMatrix& w, const float* x, int64_
   return y;
 }
 
-// Every target, every loop structure (M = 1..6 streaming tiles, 9 and 37 GEMM panels), 1 and 2
+// Every target, every loop structure (M = 1..6 streaming tiles, the GEMM panels beyond), 1 and 2
 // threads: the bits of the emulated canonical sequence. Wide weight scales make most sums
 // inexact, so any change of order, pairing or reduction would show.
 TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
@@ -659,7 +659,8 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
     if (c.nan_codes) {
       for (int64_t i = 0; i < 6; ++i) w.data[5 + (i * 7919) % (c.n * c.k)] = i % 2 == 0 ? 0x7f : 0xff;
     }
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 37}) {
+    // 9 and 14: the AVX2 chunked panels with a partial last quad; 37: its whole-K panels.
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 37}) {
       const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense);
       for (const Target& t : Targets()) {
         for (int threads : {1, 2}) {

@@ -1,11 +1,12 @@
 // AVX2 + FMA + F16C kernels for QuantizedLinear and DenseLinear. They compute the canonical
 // sequence of linear_simd.h with the 16-lane accumulator split into two 8-lane halves (lanes
 // 0-7 and 8-15, reduced with the same tree), so their bits equal the AVX-512 paths'.
-// Streaming tiles for M <= 4 (decode) are tuned for Zen 3-class cores, where shifts and
-// shuffles share two pipes: FP4 decodes a whole group with byte lookups (vpshufb into per-scale
-// bf16 tables), FP8 with one shuffle and one shift per 8 weights; accumulators stay in registers
-// (the row and activation loops are unrolled). GEMM panels (M > 4) use full-K panels with 2x2
-// register tiles, FMAs only.
+// Streaming tiles (M <= 6: decode, the speculative verify) are tuned for Zen 3-class cores, where
+// shifts and shuffles share two pipes: FP4 decodes a whole group with byte lookups (vpshufb into
+// per-scale bf16 tables), FP8 with one shuffle and one shift per 8 weights, BF16 with one shift
+// or mask; accumulators stay in registers (the row and activation loops are unrolled). GEMM panels
+// (M > 6) decode 12 weight rows into fp32 panels, a chunk of K at a time while there are few
+// activation rows, and run 4 x 3 register tiles on FMAs.
 // GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
 // (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
 #pragma GCC diagnostic push
@@ -14,6 +15,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include "kernels/cpu/compile_time_count.h"
 #include "kernels/cpu/linear_simd.h"
 
 namespace deepinfer {
@@ -276,6 +278,30 @@ inline void DecodeFp8Group(const uint8_t* bytes32, __m256 scale, __m256& even_lo
   odd_hi = _mm256_mul_ps(E4M3Times2PowMinus120(_mm256_shuffle_epi8(hi, odd_ctrl)), scale);
 }
 
+// BF16 group (64 bytes, pairs in memory order): each dword holds a pair, the even member in its
+// low half. F32 group (128 bytes): the canonical [even 16 | odd 16] order is the memory order.
+inline void DecodeBf16Group(const uint8_t* bytes64, __m256& even_lo, __m256& odd_lo, __m256& even_hi, __m256& odd_hi) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes64));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes64 + 32));
+  const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  even_lo = _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16));
+  odd_lo = _mm256_castsi256_ps(_mm256_and_si256(lo, upper));
+  even_hi = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16));
+  odd_hi = _mm256_castsi256_ps(_mm256_and_si256(hi, upper));
+}
+inline void DecodeF32Group(const uint8_t* bytes128, __m256& even_lo, __m256& odd_lo, __m256& even_hi, __m256& odd_hi) {
+  const float* p = reinterpret_cast<const float*>(bytes128);
+  even_lo = _mm256_loadu_ps(p);
+  even_hi = _mm256_loadu_ps(p + 8);
+  odd_lo = _mm256_loadu_ps(p + 16);
+  odd_hi = _mm256_loadu_ps(p + 24);
+}
+
+// Whether DecodeFp8Group's `nan` saw a NaN code.
+inline bool Fp8NanSeen(__m256i nan) {
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(nan, _mm256_set1_epi8(0x7f))) != 0;
+}
+
 // Per-group fp32 scales of a ue8m0 row, times `extra` (bytes 0 and 255 give garbage here; those
 // elements are recomputed by the oracle replica).
 inline void ScalesOf(const uint8_t* s, int64_t groups, float extra, float* out) {
@@ -285,36 +311,40 @@ inline void ScalesOf(const uint8_t* s, int64_t groups, float extra, float* out) 
 // GEMM panels. A register tile is 4 activation rows x 3 panel rows of one half: 12 accumulator
 // chains, the fewest that keep both FMA pipes busy at Zen 3's FMA latency (8 chains reach ~1.4 FMA
 // per cycle, 12 reach 2), with 3 weight and 1 activation register besides. A panel holds 4 such
-// row triples, decoded once per call (12 x K fp32, triple-major so that a tile streams contiguous
-// memory: 240 KB at K = 5120); a tile runs kGemmKGroups groups before its accumulators go back to
-// the tile store, so the activation rows' k-block (4 x 32 groups x 128 bytes) stays in L1.
+// row triples (fp32, triple-major so that a tile streams contiguous memory). With up to
+// kGemmChunkedMaxQuads activation quads it holds kGemmChunkGroups groups at a time (12 KB, L1)
+// and every quad's tiles run over that chunk; with more (prefill) it holds the whole K (240 KB at
+// K = 5120) and a quad's tiles run kGemmKGroups groups before their accumulators go back to the
+// tile store, so the activation rows' k-block (4 x 32 groups x 128 bytes) stays in L1.
 constexpr int kGemmTileRows = 3;  // panel rows per register tile
 constexpr int kGemmTriples = 4;
 constexpr int kGemmPanelRows = kGemmTileRows * kGemmTriples;
 constexpr int64_t kGemmKGroups = 32;
+// 12 rows x 8 groups: 12 KB of panel, besides 16 KB of activations and 12 KB of accumulators at
+// 4 quads. Measured (Zen 4, one thread hot): chunks of 8 and 16 groups alike, 32 10% slower.
+constexpr int64_t kGemmChunkedMaxQuads = 4;
+constexpr int64_t kGemmChunkGroups = 8;
 // Accumulators of one activation quad against one panel: [triple][half][4 x 3] vectors.
 constexpr int kGemmTileVectors = 4 * kGemmTileRows;
 constexpr int kGemmAccVectors = kGemmTriples * 2 * kGemmTileVectors;
 
 struct Scratch {
-  float* acc;     // [kGemmAccVectors][8]
-  float* panel;   // [groups][kGemmPanelRows][32]
+  float* acc;     // [kGemmChunkedMaxQuads][kGemmAccVectors][8]
+  float* panel;   // [triple][groups of the chunk][3][32]
   float* scales;  // [kPanelN][groups], then [groups] for the FP8 group tiles
   Scratch(unsigned char* base, int64_t groups)
       : acc(reinterpret_cast<float*>(base)),
-        panel(acc + kGemmAccVectors * 8),
+        panel(acc + kGemmChunkedMaxQuads * kGemmAccVectors * 8),
         scales(panel + groups * kGemmPanelRows * kGroup) {}
   static size_t Bytes(int64_t groups) {
-    return 4 * static_cast<size_t>(kGemmAccVectors * 8 + groups * (kGemmPanelRows * kGroup + kPanelN + 1));
+    return 4 * static_cast<size_t>(kGemmChunkedMaxQuads * kGemmAccVectors * 8 +
+                                   groups * (kGemmPanelRows * kGroup + kPanelN + 1));
   }
 };
 
 template <MatrixFormat F>
 void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const Scratch& s, RowSet& rs) {
-  const int64_t row_bytes = F == MatrixFormat::kFP4Row32     ? w.cols / 2
-                            : F == MatrixFormat::kFP8Block32 ? w.cols
-                            : F == MatrixFormat::kBF16       ? w.cols * 2
-                                                             : w.cols * 4;
+  const int64_t row_bytes = MatrixRowBytes(F, w.cols);
   for (int i = 0; i < nr; ++i) {
     rs.row[i] = w.data + (n0 + i) * row_bytes;
     rs.scale[i] = s.scales + i * groups;
@@ -334,7 +364,8 @@ void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const
 
 // General tiles (every format; per-half decoders).
 template <MatrixFormat F, int NR, int MR>
-void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstride, int64_t groups, float (*out)[4]) {
+[[gnu::noinline]] void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstride, int64_t groups,
+                            float (*out)[4]) {
   __m256 acc[MR][NR][2];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
@@ -363,16 +394,18 @@ void Tile(const RowSet& rs, const Decoder<F>& dec, const float* x, int64_t xstri
 // middle value, not a tuned optimum.
 constexpr int64_t kPrefetchBytes = 24 << 10;
 
-// Whole-group tiles of FP4 and FP8 (DecodeFp4Group / DecodeFp8Group). FP8 rows share their
-// block's scales; `nan_seen` reports e4m3 NaN codes (the caller then uses the general tile).
+// Whole-group tiles of every format (Decode*Group; dense matrices whose rows end in a partial
+// group take the general tile). FP8 rows share their block's scales; `nan_seen` reports e4m3 NaN
+// codes (the caller then uses the general tile).
 template <MatrixFormat F, int NR, int MR>
-void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const float* x, int64_t xstride,
-               int64_t groups, float (*out)[4], bool& nan_seen) {
+[[gnu::noinline]] void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const float* x,
+                                 int64_t xstride, int64_t groups, float (*out)[4], bool& nan_seen) {
+  constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const uint8_t* rows[NR];
   const uint8_t* row_scales[NR];
 #pragma GCC unroll 8
   for (int n = 0; n < NR; ++n) {
-    rows[n] = w.data + (n0 + n) * (F == MatrixFormat::kFP4Row32 ? w.cols / 2 : w.cols);
+    rows[n] = w.data + (n0 + n) * w.row_bytes();
     row_scales[n] = F == MatrixFormat::kFP4Row32 ? w.scales + (n0 + n) * w.scale_cols() : nullptr;
   }
   __m256 acc[MR][NR][2];
@@ -382,24 +415,31 @@ void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const
     for (int n = 0; n < NR; ++n) acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
   __m256i nan = _mm256_setzero_si256();
   // The rows are contiguous, and short ones (wq_b: 1280 bytes) end before the hardware prefetcher
-  // has caught on: fetch the same line of the rows whole tiles ahead, once per 64 bytes (a
+  // has caught on: fetch the same lines of the rows whole tiles ahead, once per 64 bytes (a
   // prefetch past the matrix is harmless).
-  constexpr int64_t kGroupBytes = F == MatrixFormat::kFP4Row32 ? 16 : kGroup;
   const int64_t tile_bytes = NR * groups * kGroupBytes;
   const int64_t ahead = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
   for (int64_t g = 0; g < groups; ++g) {
     if ((g * kGroupBytes) % 64 == 0) {
 #pragma GCC unroll 8
-      for (int n = 0; n < NR; ++n)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[n] + g * kGroupBytes + ahead), _MM_HINT_T0);
+      for (int n = 0; n < NR; ++n) {
+#pragma GCC unroll 2
+        for (int64_t line = 0; line < kGroupBytes; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[n] + g * kGroupBytes + line + ahead), _MM_HINT_T0);
+      }
     }
 #pragma GCC unroll 8
     for (int n = 0; n < NR; ++n) {
       __m256 even_lo, odd_lo, even_hi, odd_hi;
+      const uint8_t* group = rows[n] + g * kGroupBytes;
       if constexpr (F == MatrixFormat::kFP4Row32) {
-        DecodeFp4Group(rows[n] + g * 16, row_scales[n][g], even_lo, odd_lo, even_hi, odd_hi);
+        DecodeFp4Group(group, row_scales[n][g], even_lo, odd_lo, even_hi, odd_hi);
+      } else if constexpr (F == MatrixFormat::kFP8Block32) {
+        DecodeFp8Group(group, _mm256_set1_ps(fp8_scales[g]), even_lo, odd_lo, even_hi, odd_hi, nan);
+      } else if constexpr (F == MatrixFormat::kBF16) {
+        DecodeBf16Group(group, even_lo, odd_lo, even_hi, odd_hi);
       } else {
-        DecodeFp8Group(rows[n] + g * kGroup, _mm256_set1_ps(fp8_scales[g]), even_lo, odd_lo, even_hi, odd_hi, nan);
+        DecodeF32Group(group, even_lo, odd_lo, even_hi, odd_hi);
       }
       // All odd products first, then the even ones: each accumulator's two steps stay in
       // order, and the FMAs in flight are independent.
@@ -417,8 +457,7 @@ void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const
       }
     }
   }
-  if constexpr (F == MatrixFormat::kFP8Block32)
-    nan_seen = _mm256_movemask_epi8(_mm256_cmpeq_epi8(nan, _mm256_set1_epi8(0x7f))) != 0;
+  if constexpr (F == MatrixFormat::kFP8Block32) nan_seen = Fp8NanSeen(nan);
   for (int r = 0; r < MR; ++r)
     for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
 }
@@ -429,8 +468,9 @@ constexpr int kFp8GroupTileMaxScaleByte = 134;
 
 template <MatrixFormat F, int MR>
 void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
-  constexpr int kNR = MR == 1 ? 4 : MR == 2 ? 2 : 1;
-  constexpr bool kGrouped = F == MatrixFormat::kFP4Row32 || F == MatrixFormat::kFP8Block32;
+  // FP8 at M = 1 takes 2 rows: with 4, its decode's constants and 8 accumulators overflow the 16
+  // registers (3 accumulators went through the stack each group), at the same speed.
+  constexpr int kNR = MR == 1 ? (F == MatrixFormat::kFP8Block32 ? 2 : 4) : MR == 2 ? 2 : 1;
   const WeightMatrix& w = *job.w;
   const Decoder<F> dec{w.cols};
   const int64_t xstride = job.groups * kGroup;
@@ -441,8 +481,8 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
     // FP8 tiles stay inside one 32-row block so that they share its scales.
     const int64_t stop = F == MatrixFormat::kFP8Block32 ? std::min(n_end, (n / kQuantBlock + 1) * kQuantBlock) : n_end;
     const int nr = stop - n >= kNR ? kNR : 1;
-    // (Dense FP8 may end in a partial group, which only the general decoder pads.)
-    bool general = !kGrouped || w.cols % kGroup != 0;
+    // (Dense rows may end in a partial group, which only the general decoder pads.)
+    bool general = w.cols % kGroup != 0;
     if constexpr (F == MatrixFormat::kFP8Block32) {
       if (n / kQuantBlock != fp8_block) {
         fp8_block = n / kQuantBlock;
@@ -479,15 +519,18 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   }
 }
 
-// ---- panel GEMM (M > 4) --------------------------------------------------------------------
+// ---- panel GEMM ----------------------------------------------------------------------------
 
-// One half (h) of 4 activation rows x the rows of panel triple t, over groups [g0, g1): the 12
+// One half (h) of MR <= 4 activation rows x the rows of panel triple t, over groups [g0, g1): the
 // accumulators live in registers between `acc` loads and stores (the canonical running sums, so
-// splitting K into blocks changes no bits). Per group: 6 weight and 8 activation loads, 24 FMAs.
-void GemmTile(const float* triple, int h, const float* x, int64_t xstride, int64_t g0, int64_t g1, float* acc) {
-  __m256 a[4][kGemmTileRows];
+// splitting K into blocks changes no bits). Per group at MR = 4: 6 weight and 8 activation loads,
+// 24 FMAs.
+template <int MR>
+[[gnu::noinline]] void GemmTile(const float* triple, int h, const float* x, int64_t xstride, int64_t g0, int64_t g1,
+                                float* acc) {
+  __m256 a[MR][kGemmTileRows];
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 3
     for (int n = 0; n < kGemmTileRows; ++n) a[r][n] = _mm256_load_ps(acc + (kGemmTileRows * r + n) * 8);
   for (int64_t g = g0; g < g1; ++g) {
@@ -497,7 +540,7 @@ void GemmTile(const float* triple, int h, const float* x, int64_t xstride, int64
 #pragma GCC unroll 3
     for (int n = 0; n < kGemmTileRows; ++n) wv[n] = _mm256_load_ps(w + n * kGroup + 16);
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < MR; ++r) {
       const __m256 xo = _mm256_load_ps(xg + r * xstride + 16);
 #pragma GCC unroll 3
       for (int n = 0; n < kGemmTileRows; ++n) a[r][n] = _mm256_fmadd_ps(xo, wv[n], a[r][n]);
@@ -505,107 +548,154 @@ void GemmTile(const float* triple, int h, const float* x, int64_t xstride, int64
 #pragma GCC unroll 3
     for (int n = 0; n < kGemmTileRows; ++n) wv[n] = _mm256_load_ps(w + n * kGroup);
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < MR; ++r) {
       const __m256 xe = _mm256_load_ps(xg + r * xstride);
 #pragma GCC unroll 3
       for (int n = 0; n < kGemmTileRows; ++n) a[r][n] = _mm256_fmadd_ps(xe, wv[n], a[r][n]);
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 3
     for (int n = 0; n < kGemmTileRows; ++n) _mm256_store_ps(acc + (kGemmTileRows * r + n) * 8, a[r][n]);
 }
 
-// Decodes weight rows [n0, n0 + nr) into the panel, triple-major (rows past nr are zero).
+// Decodes groups [g0, g1) of weight rows [n0, n0 + nr) into the panel, triple-major
+// ([triple][g - g0][row][32]; rows past nr are zero), with the whole-group decoders where they
+// apply, else (a partial dense group, FP8 scales past the group decoder's range, NaN codes) the
+// general one: both give the same numbers.
 template <MatrixFormat F>
-void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int nr, int64_t groups, Scratch& s) {
-  for (int i0 = 0; i0 < kGemmPanelRows; i0 += kPanelN) {
-    const int count = std::clamp(nr - i0, 0, static_cast<int>(kPanelN));
-    RowSet rs{};
-    if (count > 0) LoadRowSet<F>(w, n0 + i0, count, groups, s, rs);
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int i = 0; i < kPanelN; ++i) {
-        const int row = i0 + i;
-        float* p = s.panel + ((row / kGemmTileRows * groups + g) * kGemmTileRows + row % kGemmTileRows) * kGroup;
-        for (int h = 0; h < 2; ++h) {
-          __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
-          if (i < count) dec.Load(rs, i, g, h, even, odd);
-          _mm256_store_ps(p + 8 * h, even);
-          _mm256_store_ps(p + 16 + 8 * h, odd);
+void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int nr, int64_t g0, int64_t g1,
+                 int64_t groups, Scratch& s) {
+  constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
+  const int64_t chunk = g1 - g0;
+  for (int i = 0; i < kGemmPanelRows; ++i) {
+    float* first = s.panel + ((i / kGemmTileRows) * chunk * kGemmTileRows + i % kGemmTileRows) * kGroup;
+    const auto at = [&](int64_t g) { return first + (g - g0) * kGemmTileRows * kGroup; };
+    const auto store = [&](int64_t g, __m256 even_lo, __m256 odd_lo, __m256 even_hi, __m256 odd_hi) {
+      float* p = at(g);
+      _mm256_store_ps(p, even_lo);
+      _mm256_store_ps(p + 8, even_hi);
+      _mm256_store_ps(p + 16, odd_lo);
+      _mm256_store_ps(p + 24, odd_hi);
+    };
+    if (i >= nr) {
+      const __m256 zero = _mm256_setzero_ps();
+      for (int64_t g = g0; g < g1; ++g) store(g, zero, zero, zero, zero);
+      continue;
+    }
+    const int64_t row = n0 + i;
+    const uint8_t* data = w.data + row * w.row_bytes();
+    bool general = w.cols % kGroup != 0;
+    if constexpr (F == MatrixFormat::kFP8Block32) {
+      const uint8_t* scale_bytes = w.scales + (row / kQuantBlock) * w.scale_cols();
+      for (int64_t g = g0; g < g1 && !general; ++g) general = scale_bytes[g] > kFp8GroupTileMaxScaleByte;
+      if (!general) {
+        __m256i nan = _mm256_setzero_si256();
+        for (int64_t g = g0; g < g1; ++g) {
+          const float scale = std::bit_cast<float>(static_cast<uint32_t>(scale_bytes[g]) << 23) * 0x1p120f;
+          __m256 even_lo, odd_lo, even_hi, odd_hi;
+          DecodeFp8Group(data + g * kGroupBytes, _mm256_set1_ps(scale), even_lo, odd_lo, even_hi, odd_hi, nan);
+          store(g, even_lo, odd_lo, even_hi, odd_hi);
         }
+        general = Fp8NanSeen(nan);
+      }
+    } else if (!general) {
+      for (int64_t g = g0; g < g1; ++g) {
+        __m256 even_lo, odd_lo, even_hi, odd_hi;
+        if constexpr (F == MatrixFormat::kFP4Row32) {
+          DecodeFp4Group(data + g * kGroupBytes, w.scales[row * w.scale_cols() + g], even_lo, odd_lo, even_hi, odd_hi);
+        } else if constexpr (F == MatrixFormat::kBF16) {
+          DecodeBf16Group(data + g * kGroupBytes, even_lo, odd_lo, even_hi, odd_hi);
+        } else {
+          DecodeF32Group(data + g * kGroupBytes, even_lo, odd_lo, even_hi, odd_hi);
+        }
+        store(g, even_lo, odd_lo, even_hi, odd_hi);
+      }
+    }
+    if (general) {
+      RowSet rs{};
+      LoadRowSet<F>(w, row, 1, groups, s, rs);
+      for (int64_t g = g0; g < g1; ++g) {
+        __m256 even_lo, odd_lo, even_hi, odd_hi;
+        dec.Load(rs, 0, g, 0, even_lo, odd_lo);
+        dec.Load(rs, 0, g, 1, even_hi, odd_hi);
+        store(g, even_lo, odd_lo, even_hi, odd_hi);
       }
     }
   }
 }
 
+// Panels of kGemmPanelRows weight rows. With few activation quads (decode steps, the speculative
+// verify) a panel holds kGemmChunkGroups groups at a time, decoded into L1 and used by every quad
+// before the next chunk, the accumulators of all quads waiting in the tile store: the weights
+// stream from DRAM once and are decoded once. With more quads (prefill) a panel holds the whole
+// K (L2) and each quad runs over it in blocks of kGemmKGroups, its activations' block in L1.
 template <MatrixFormat F>
 void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, xstride = groups * kGroup;
   const Decoder<F> dec{w.cols};
-  const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;  // xs has zero rows up to it
-  static_assert(kPanelM == 4, "a GEMM tile takes 4 activation rows");
+  static_assert(kPanelM == 4, "a GEMM tile takes up to 4 activation rows");
+  const int64_t quads = (job.m + kPanelM - 1) / kPanelM;  // xs has zero rows up to quads * 4
+  const bool chunked = quads <= kGemmChunkedMaxQuads;
+  const int64_t chunk = chunked ? kGemmChunkGroups : groups;
+  const auto acc_of = [&](int64_t q, int t, int h) {
+    return s.acc + ((chunked ? q : 0) * kGemmAccVectors + (t * 2 + h) * kGemmTileVectors) * 8;
+  };
   for (int64_t n0 = n_begin; n0 < n_end; n0 += kGemmPanelRows) {
     const int nr = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n_end - n0));
     const int triples = (nr + kGemmTileRows - 1) / kGemmTileRows;
-    DecodePanel<F>(w, dec, n0, nr, groups, s);
-    for (int64_t r0 = 0; r0 < m_pad; r0 += 4) {
-      const float* x = job.xs + r0 * xstride;
-      std::memset(s.acc, 0, sizeof(float) * 8 * 2 * kGemmTileVectors * triples);
-      for (int64_t g0 = 0; g0 < groups; g0 += kGemmKGroups) {
-        const int64_t g1 = std::min(groups, g0 + kGemmKGroups);
-        for (int t = 0; t < triples; ++t) {
-          const float* triple = s.panel + t * groups * kGemmTileRows * kGroup;
-          for (int h = 0; h < 2; ++h) {
-            GemmTile(triple, h, x, xstride, g0, g1, s.acc + (t * 2 + h) * kGemmTileVectors * 8);
-          }
-        }
-      }
+    const auto finish = [&](int64_t q) {
       for (int t = 0; t < triples; ++t) {
-        const float* lo = s.acc + (t * 2) * kGemmTileVectors * 8;
-        const float* hi = lo + kGemmTileVectors * 8;
-        for (int64_t r = r0; r < std::min(r0 + 4, job.m); ++r) {
+        const float* lo = acc_of(q, t, 0);
+        const float* hi = acc_of(q, t, 1);
+        for (int64_t r = 4 * q; r < std::min(4 * q + 4, job.m); ++r) {
           for (int j = 0; j < kGemmTileRows && t * kGemmTileRows + j < nr; ++j) {
-            const int v = (static_cast<int>(r - r0) * kGemmTileRows + j) * 8;
+            const int v = (static_cast<int>(r - 4 * q) * kGemmTileRows + j) * 8;
             job.y[r * w.rows + n0 + t * kGemmTileRows + j] =
                 Finish(ReduceLanes(_mm256_load_ps(lo + v), _mm256_load_ps(hi + v)), job.round_to_bf16);
           }
         }
       }
+    };
+    if (chunked) std::memset(s.acc, 0, sizeof(float) * 8 * kGemmAccVectors * quads);
+    for (int64_t c0 = 0; c0 < groups; c0 += chunk) {
+      const int64_t c1 = std::min(groups, c0 + chunk);
+      DecodePanel<F>(w, dec, n0, nr, c0, c1, groups, s);
+      for (int64_t q = 0; q < quads; ++q) {
+        const float* x = job.xs + 4 * q * xstride + c0 * kGroup;
+        const int64_t rows = std::min<int64_t>(4, job.m - 4 * q);
+        if (!chunked) std::memset(s.acc, 0, sizeof(float) * 8 * kGemmAccVectors);
+        for (int64_t g0 = 0; g0 < c1 - c0; g0 += kGemmKGroups) {
+          const int64_t g1 = std::min(c1 - c0, g0 + kGemmKGroups);
+          for (int t = 0; t < triples; ++t) {
+            const float* triple = s.panel + t * (c1 - c0) * kGemmTileRows * kGroup;
+            // The last quad may hold fewer rows: its tiles skip the zero rows' FMAs.
+            WithCount<1, kPanelM>(rows, "AVX2 GEMM tile rows", [&]<int MR>() {
+              for (int h = 0; h < 2; ++h) GemmTile<MR>(triple, h, x, xstride, g0, g1, acc_of(q, t, h));
+            });
+          }
+        }
+        if (!chunked) finish(q);
+      }
+    }
+    if (chunked) {
+      for (int64_t q = 0; q < quads; ++q) finish(q);
     }
   }
 }
 
-// Up to 6 activation rows in one pass (12 accumulator chains at NR = 1: the speculative
-// verify step is 6 tokens); 7 and 8 rows in two passes of 4 and the rest.
-constexpr int64_t kAvx2StreamMaxM = 8;
+// Up to 6 activation rows stream the weights (12 accumulator chains at NR = 1: the speculative
+// verify step is 6 tokens); more run the chunked panels, which read the weights once as well.
+// Measured on Zen 4 (AVX2 code, 2 threads, weights from DRAM): at M = 5-6 streaming is 5-10% faster
+// than the panels, at M = 8 the panels 15-25% (streaming took 4 rows and then the rest, reading
+// the weights twice).
+constexpr int64_t kAvx2StreamMaxM = 6;
 
 template <MatrixFormat F>
 void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
-  switch (job.m) {
-    case 1:
-      return StreamRowsT<F, 1>(job, b, e, s);
-    case 2:
-      return StreamRowsT<F, 2>(job, b, e, s);
-    case 3:
-      return StreamRowsT<F, 3>(job, b, e, s);
-    case 4:
-      return StreamRowsT<F, 4>(job, b, e, s);
-    case 5:
-      return StreamRowsT<F, 5>(job, b, e, s);
-    case 6:
-      return StreamRowsT<F, 6>(job, b, e, s);
-    default: {
-      Job first = job, rest = job;
-      first.m = 4;
-      rest.m = job.m - 4;
-      rest.xs = job.xs + 4 * job.groups * kGroup;
-      rest.y = job.y + 4 * job.w->rows;
-      StreamRowsT<F, 4>(first, b, e, s);
-      return Stream<F>(rest, b, e, s);
-    }
-  }
+  WithCount<1, kAvx2StreamMaxM>(job.m, "AVX2 streaming tile rows", [&]<int MR>() { StreamRowsT<F, MR>(job, b, e, s); });
 }
 
 struct Avx2 {
