@@ -644,6 +644,8 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
   const std::vector<Case> cases = {{MatrixFormat::kFP8Block32, 70, 640, false},
                                    {MatrixFormat::kFP8Block32, 70, 640, false, 96, 134},
                                    {MatrixFormat::kFP8Block32, 67, 320, false, 100, 134, true},
+                                   // M >= 3 at this K: the AVX2 tiles' K chunks, NaN codes included
+                                   {MatrixFormat::kFP8Block32, 40, 3200, false, 100, 134, true},
                                    {MatrixFormat::kFP8Block32, 33, 96, false},
                                    {MatrixFormat::kFP4Row32, 45, 2304, false},
                                    {MatrixFormat::kFP4Row32, 9, 64, false},

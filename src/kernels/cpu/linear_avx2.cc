@@ -327,6 +327,8 @@ constexpr int64_t kGemmChunkGroups = 8;
 // Accumulators of one activation quad against one panel: [triple][half][4 x 3] vectors.
 constexpr int kGemmTileVectors = 4 * kGemmTileRows;
 constexpr int kGemmAccVectors = kGemmTriples * 2 * kGemmTileVectors;
+// Floats of the tile store's accumulators (the streaming tiles use them too).
+constexpr int kGemmAccFloats = kGemmChunkedMaxQuads * kGemmAccVectors * 8;
 
 struct Scratch {
   float* acc;     // [kGemmChunkedMaxQuads][kGemmAccVectors][8]
@@ -334,11 +336,10 @@ struct Scratch {
   float* scales;  // [kPanelN][groups], then [groups] for the FP8 group tiles
   Scratch(unsigned char* base, int64_t groups)
       : acc(reinterpret_cast<float*>(base)),
-        panel(acc + kGemmChunkedMaxQuads * kGemmAccVectors * 8),
+        panel(acc + kGemmAccFloats),
         scales(panel + groups * kGemmPanelRows * kGroup) {}
   static size_t Bytes(int64_t groups) {
-    return 4 * static_cast<size_t>(kGemmChunkedMaxQuads * kGemmAccVectors * 8 +
-                                   groups * (kGemmPanelRows * kGroup + kPanelN + 1));
+    return 4 * static_cast<size_t>(kGemmAccFloats + groups * (kGemmPanelRows * kGroup + kPanelN + 1));
   }
 };
 
@@ -395,11 +396,15 @@ template <MatrixFormat F, int NR, int MR>
 constexpr int64_t kPrefetchBytes = 24 << 10;
 
 // Whole-group tiles of every format (Decode*Group; dense matrices whose rows end in a partial
-// group take the general tile). FP8 rows share their block's scales; `nan_seen` reports e4m3 NaN
-// codes (the caller then uses the general tile).
+// group take the general tile) over groups [g0, g1), their accumulators loaded from and stored to
+// `acc` ([row n][activation row r][half][8]: the canonical running sums, so splitting K into
+// chunks changes no bits). FP8 rows share their block's scales; `nan_seen` is set by e4m3 NaN
+// codes (the caller then uses the general tile). Each 64 bytes read prefetch the line
+// `prefetch_delta` bytes further.
 template <MatrixFormat F, int NR, int MR>
 [[gnu::noinline]] void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const float* x,
-                                 int64_t xstride, int64_t groups, float (*out)[4], bool& nan_seen) {
+                                 int64_t xstride, int64_t g0, int64_t g1, int64_t prefetch_delta, float* acc_store,
+                                 bool& nan_seen) {
   constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const uint8_t* rows[NR];
   const uint8_t* row_scales[NR];
@@ -408,24 +413,20 @@ template <MatrixFormat F, int NR, int MR>
     rows[n] = w.data + (n0 + n) * w.row_bytes();
     row_scales[n] = F == MatrixFormat::kFP4Row32 ? w.scales + (n0 + n) * w.scale_cols() : nullptr;
   }
+  const auto at = [&](int n, int r, int h) { return acc_store + ((n * MR + r) * 2 + h) * 8; };
   __m256 acc[MR][NR][2];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int n = 0; n < NR; ++n) acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
+    for (int n = 0; n < NR; ++n) acc[r][n][0] = _mm256_load_ps(at(n, r, 0)), acc[r][n][1] = _mm256_load_ps(at(n, r, 1));
   __m256i nan = _mm256_setzero_si256();
-  // The rows are contiguous, and short ones (wq_b: 1280 bytes) end before the hardware prefetcher
-  // has caught on: fetch the same lines of the rows whole tiles ahead, once per 64 bytes (a
-  // prefetch past the matrix is harmless).
-  const int64_t tile_bytes = NR * groups * kGroupBytes;
-  const int64_t ahead = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
-  for (int64_t g = 0; g < groups; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     if ((g * kGroupBytes) % 64 == 0) {
 #pragma GCC unroll 8
       for (int n = 0; n < NR; ++n) {
 #pragma GCC unroll 2
         for (int64_t line = 0; line < kGroupBytes; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[n] + g * kGroupBytes + line + ahead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(rows[n] + g * kGroupBytes + line + prefetch_delta), _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 8
@@ -457,65 +458,116 @@ template <MatrixFormat F, int NR, int MR>
       }
     }
   }
-  if constexpr (F == MatrixFormat::kFP8Block32) nan_seen = Fp8NanSeen(nan);
+  if constexpr (F == MatrixFormat::kFP8Block32) nan_seen = nan_seen || Fp8NanSeen(nan);
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
-    for (int n = 0; n < NR; ++n) out[r][n] = ReduceLanes(acc[r][n][0], acc[r][n][1]);
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) _mm256_store_ps(at(n, r, 0), acc[r][n][0]), _mm256_store_ps(at(n, r, 1), acc[r][n][1]);
 }
 
 // Scale bytes of one FP8 row block up to this keep scale * 2^120 a normal fp32 (every real
 // checkpoint: the weights would have to exceed 448 * 2^7); above it the general tile runs.
 constexpr int kFp8GroupTileMaxScaleByte = 134;
 
+// Where the activation rows outgrow L1 (M x K x 4 bytes > kStreamL1Bytes) from 3 rows on, the
+// group tiles run over bands of kStreamBandRows weight rows a chunk of kStreamChunkGroups groups
+// at a time, so that the activations' chunk (M x 2 KB) stays in L1 for the band: run over whole
+// rows, every row read all M activation rows from L2 (M x 20 KB at K = 5120), which held M = 3-6
+// to 39-45 GFLOP/s a core where the bands give 49-60 (Zen 4, AVX2 code, one thread hot). Where
+// the activations fit (K = 1280), or at M = 1-2, the bands cost 2-12% (the accumulators' loads and
+// stores), and the tiles run over whole rows.
+constexpr int64_t kStreamBandRows = 16;
+constexpr int64_t kStreamChunkGroups = 16;
+constexpr int kStreamChunkedMinM = 3;
+constexpr int64_t kStreamL1Bytes = 32 << 10;  // L1 data cache of Zen 2-4; Intel's cores have 32-48 KB
+static_assert(kQuantBlock % kStreamBandRows == 0, "FP8 bands inside one scale block");
+
 template <MatrixFormat F, int MR>
 void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   // FP8 at M = 1 takes 2 rows: with 4, its decode's constants and 8 accumulators overflow the 16
   // registers (3 accumulators went through the stack each group), at the same speed.
   constexpr int kNR = MR == 1 ? (F == MatrixFormat::kFP8Block32 ? 2 : 4) : MR == 2 ? 2 : 1;
+  static_assert(kStreamBandRows % kNR == 0 && kStreamBandRows * MR * 2 * 8 <= kGemmAccFloats);
+  constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const WeightMatrix& w = *job.w;
   const Decoder<F> dec{w.cols};
-  const int64_t xstride = job.groups * kGroup;
+  const int64_t groups = job.groups, xstride = groups * kGroup;
+  const bool chunked = MR >= kStreamChunkedMinM && MR * xstride * static_cast<int64_t>(sizeof(float)) > kStreamL1Bytes;
+  const int64_t chunk_groups = chunked ? kStreamChunkGroups : groups;
+  const int64_t chunks = (groups + chunk_groups - 1) / chunk_groups;
+  const int64_t chunk_bytes = chunk_groups * kGroupBytes;
+  // Prefetch about kPrefetchBytes of the reads ahead: whole tiles ahead where the tiles run over
+  // whole rows, else later chunks of the same rows, and in the last chunks the first ones of the
+  // next band's rows.
+  const int64_t tile_bytes = kNR * w.row_bytes();
+  const int64_t ahead_tiles = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes);
+  const int64_t ahead_chunks =
+      std::max<int64_t>(1, (kPrefetchBytes + kStreamBandRows * chunk_bytes - 1) / (kStreamBandRows * chunk_bytes));
+  const auto prefetch_delta = [&](int64_t c) {
+    if (chunks == 1) return ahead_tiles * tile_bytes;
+    return c + ahead_chunks < chunks ? ahead_chunks * chunk_bytes
+                                     : kStreamBandRows * w.row_bytes() + (ahead_chunks - chunks) * chunk_bytes;
+  };
   float out[MR][4];
   int64_t fp8_block = -1;    // the row block whose scales s.scales holds (x 2^120)
   bool fp8_grouped = false;  // whether that block's scales suit the group tile
-  for (int64_t n = n_begin; n < n_end;) {
-    // FP8 tiles stay inside one 32-row block so that they share its scales.
-    const int64_t stop = F == MatrixFormat::kFP8Block32 ? std::min(n_end, (n / kQuantBlock + 1) * kQuantBlock) : n_end;
-    const int nr = stop - n >= kNR ? kNR : 1;
+  for (int64_t band = n_begin; band < n_end;) {
+    const int64_t band_end = std::min(n_end, band + kStreamBandRows - band % kStreamBandRows);
     // (Dense rows may end in a partial group, which only the general decoder pads.)
     bool general = w.cols % kGroup != 0;
     if constexpr (F == MatrixFormat::kFP8Block32) {
-      if (n / kQuantBlock != fp8_block) {
-        fp8_block = n / kQuantBlock;
+      if (band / kQuantBlock != fp8_block) {
+        fp8_block = band / kQuantBlock;
         const uint8_t* bytes = w.scales + fp8_block * w.scale_cols();
         fp8_grouped = true;
-        for (int64_t g = 0; g < job.groups; ++g) fp8_grouped &= bytes[g] <= kFp8GroupTileMaxScaleByte;
-        ScalesOf(bytes, job.groups, 0x1p120f, s.scales + kPanelN * job.groups);
+        for (int64_t g = 0; g < groups; ++g) fp8_grouped &= bytes[g] <= kFp8GroupTileMaxScaleByte;
+        ScalesOf(bytes, groups, 0x1p120f, s.scales + kPanelN * groups);
       }
       general = general || !fp8_grouped;
     }
     if (!general) {
       bool nan_seen = false;
-      const float* fp8_scales = s.scales + kPanelN * job.groups;
-      if (nr == kNR) {
-        GroupTile<F, kNR, MR>(w, n, fp8_scales, job.xs, xstride, job.groups, out, nan_seen);
-      } else {
-        GroupTile<F, 1, MR>(w, n, fp8_scales, job.xs, xstride, job.groups, out, nan_seen);
+      const float* fp8_scales = s.scales + kPanelN * groups;
+      std::memset(s.acc, 0, sizeof(float) * (band_end - band) * MR * 2 * 8);
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t g0 = c * chunk_groups, g1 = std::min(groups, g0 + chunk_groups), delta = prefetch_delta(c);
+        for (int64_t n = band; n < band_end;) {
+          float* acc = s.acc + (n - band) * MR * 2 * 8;
+          if (band_end - n >= kNR) {
+            GroupTile<F, kNR, MR>(w, n, fp8_scales, job.xs, xstride, g0, g1, delta, acc, nan_seen);
+            n += kNR;
+          } else {
+            GroupTile<F, 1, MR>(w, n, fp8_scales, job.xs, xstride, g0, g1, delta, acc, nan_seen);
+            n += 1;
+          }
+        }
       }
       general = nan_seen;
-    }
-    if (general) {
-      RowSet rs{};
-      LoadRowSet<F>(w, n, nr, job.groups, s, rs);
-      if (nr == kNR) {
-        Tile<F, kNR, MR>(rs, dec, job.xs, xstride, job.groups, out);
-      } else {
-        Tile<F, 1, MR>(rs, dec, job.xs, xstride, job.groups, out);
+      if (!general) {
+        for (int64_t n = band; n < band_end; ++n) {
+          const float* acc = s.acc + (n - band) * MR * 2 * 8;
+          for (int r = 0; r < MR; ++r) {
+            job.y[r * w.rows + n] =
+                Finish(ReduceLanes(_mm256_load_ps(acc + r * 16), _mm256_load_ps(acc + r * 16 + 8)), job.round_to_bf16);
+          }
+        }
       }
     }
-    for (int r = 0; r < MR; ++r) {
-      for (int i = 0; i < nr; ++i) job.y[r * w.rows + n + i] = Finish(out[r][i], job.round_to_bf16);
+    for (int64_t n = band; general && n < band_end;) {
+      const int nr = band_end - n >= kNR ? kNR : 1;
+      RowSet rs{};
+      LoadRowSet<F>(w, n, nr, groups, s, rs);
+      if (nr == kNR) {
+        Tile<F, kNR, MR>(rs, dec, job.xs, xstride, groups, out);
+      } else {
+        Tile<F, 1, MR>(rs, dec, job.xs, xstride, groups, out);
+      }
+      for (int r = 0; r < MR; ++r) {
+        for (int i = 0; i < nr; ++i) job.y[r * w.rows + n + i] = Finish(out[r][i], job.round_to_bf16);
+      }
+      n += nr;
     }
-    n += nr;
+    band = band_end;
   }
 }
 
