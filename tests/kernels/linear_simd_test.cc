@@ -650,7 +650,8 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
                                    {MatrixFormat::kFP4Row32, 45, 2304, false},
                                    {MatrixFormat::kFP4Row32, 9, 64, false},
                                    {MatrixFormat::kBF16, 29, 1000, true},
-                                   {MatrixFormat::kBF16, 45, 640, true},  // K % 32 == 0: interleaved copies
+                                   {MatrixFormat::kBF16, 45, 640, true},   // K % 32 == 0: interleaved copies
+                                   {MatrixFormat::kBF16, 31, 3072, true},  // M >= 3: the AVX2 tiles' K chunks
                                    {MatrixFormat::kF32, 23, 333, true},
                                    {MatrixFormat::kFP8Block32, 41, 200, true}};
   for (const Case& c : cases) {
