@@ -463,26 +463,18 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved_alldot, MatrixFormat
     ->Args({512, 2})
     ->Apply(Configure);
 // AVX2 (Zen 2-3, Intel without AVX-512): streaming tiles to M = 6 (K chunks from M = 3 where the
-// activations outgrow L1), chunked panels to M = 16, whole-K panels beyond.
+// activations outgrow L1), chunked panels to M = 16, whole-K panels beyond; 2 threads.
+void Avx2Batches(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {1, 4, 6, 8, 16}) b->Args({m, 2});
+}
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
+    ->Apply(Avx2Batches)
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx2, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx2, true)
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
+    ->Apply(Avx2Batches)
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_avx2, MatrixFormat::kBF16, 129280, 5120, Path::kAvx2, false)
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({16, 2})
+    ->Apply(Avx2Batches)
     ->Apply(Configure);
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_scalar, MatrixFormat::kFP4Row32, 2304, 5120, Path::kScalar, true)
     ->Args({1, 2})
