@@ -887,9 +887,9 @@ void StreamInterleaved(const Job& job, int64_t n_begin, int64_t n_end) {
     } else if constexpr (MR == 1 && kDp) {
       TileDpInterleaved<F>(tile, fp8_scales, job.xb, groups, out[0]);
     } else if constexpr (kDp) {
-      TileInterleavedRows<F, MR, true>(tile, fp8_scales, job.xb, groups * 16, groups, out);
+      TileInterleavedRows<F, MR, true>(tile, fp8_scales, job.xb, job.xstride, groups, out);
     } else {
-      TileInterleavedRows<F, MR, false>(tile, fp8_scales, job.xs, groups * kGroup, groups, out);
+      TileInterleavedRows<F, MR, false>(tile, fp8_scales, job.xs, job.xstride, groups, out);
     }
     for (int r = 0; r < MR; ++r) {
       for (int64_t i = 0; i < kRows && first + i < n_end; ++i) {
@@ -925,7 +925,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
   constexpr int kNR = StreamTileRows<F, kDp>(MR);
   constexpr bool kFp8 = F == MatrixFormat::kFP8Block32;
   const WeightMatrix& w = *job.w;
-  const int64_t groups = job.groups, xstride = groups * kGroup, row_bytes = MatrixRowBytes(F, w.cols);
+  const int64_t groups = job.groups, xstride = job.xstride, row_bytes = MatrixRowBytes(F, w.cols);
   constexpr int kMidNR = kNR > 4 ? 4 : 1;  // the tail's tiles: kNR, kMidNR or 1 rows
   const FmaDecoder<F> dec{w.cols};
   float out[MR][kMaxTileN];
@@ -937,7 +937,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end) {
                      kQuantized<F> ? w.scales + scale_row * w.scale_cols() : nullptr, scale_stride};
     auto tile = [&]<int NR>() {
       if constexpr (kDp) {
-        TileDp<F, NR, MR>(t, job.xb, groups * 16, groups, out);
+        TileDp<F, NR, MR>(t, job.xb, xstride, groups, out);
       } else {
         TileFma<F, NR, MR>(t, dec, job.xs, xstride, groups, out);
       }
@@ -1151,7 +1151,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_flo
     xs = job.xs;
   }
   const WeightMatrix& w = *job.w;
-  const int64_t groups = job.groups, xstride = groups * kRowGroup;
+  const int64_t groups = job.groups, xstride = job.xstride;
   const int64_t row_bytes = MatrixRowBytes(F, w.cols);
   const FmaDecoder<F> dec{w.cols};
   const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
@@ -1254,9 +1254,9 @@ struct StreamFn {
         Job part = job;
         part.m = rows;
         if (kDp) {
-          part.xb = job.xb + r0 * job.groups * (kGroup / 2);
+          part.xb = job.xb + r0 * job.xstride;
         } else {
-          part.xs = job.xs + r0 * job.groups * kGroup;
+          part.xs = job.xs + r0 * job.xstride;
         }
         part.y = job.y + r0 * w.rows;
         ByRows<kDp>(part, n, std::min(e, n + block));
@@ -1303,6 +1303,7 @@ struct PrepDenseFn {
 };
 
 struct Avx512 {
+  static constexpr int64_t kActivationRowPad = 0;  // its tiles measured no L1 set conflicts between rows
   // FP8 with an interleaved copy that its decode reads streams up to 16 rows too, in one pass
   // (OnePass), on the Zen 4 plan.
   static int64_t StreamMaxM(const WeightMatrix& w, Bf16Dot dot) {

@@ -111,8 +111,9 @@ struct Job {
   int64_t groups = 0;  // ceil(K / 32)
   // Exactly one of xs / xb is set: the kernels run on fp32 FMAs, or (Isa::UsesPairs) on
   // vdpbf16ps.
-  const float* xs = nullptr;     // [m rounded up to kPanelM][groups][even 16 | odd 16] canonical fp32
-  const uint32_t* xb = nullptr;  // [m, rounded up like xs][groups][16] bf16 pairs (odd << 16 | even)
+  const float* xs = nullptr;     // [m rounded up to kPanelM][xstride]: groups x [even 16 | odd 16] canonical fp32
+  const uint32_t* xb = nullptr;  // [m, rounded up like xs][xstride]: groups x 16 bf16 pairs (odd << 16 | even)
+  int64_t xstride = 0;           // elements from one activation row of xs / xb to the next
   bool round_to_bf16 = false;
   float* y = nullptr;        // [m][w->rows]
   int64_t stream_max_m = 0;  // m up to which the call streams the weights (Isa::StreamMaxM), else GEMM
@@ -173,6 +174,7 @@ struct DenseRow {
 //   optional, for dense vdpbf16ps:
 //   bool DenseUsesPairs(format, m, dot)            whether to try it (K % 32 == 0 is checked here)
 //   DenseRow PrepareDensePairsRow(x, k, xb_row)    bf16 pairs of one row, and what it found
+//   int64_t kActivationRowPad                       fp32 elements after each row of Job::xs
 //   size_t ScratchBytes(format, groups, m)
 //   int64_t StreamMaxM(w, dot)                     rows up to which StreamRows runs
 //   void StreamRows(job, n_begin, n_end, scratch)   m <= job.stream_max_m: weights streamed
@@ -186,17 +188,25 @@ class Driver {
     const int64_t groups = w.cols / kGroup;
     const bool pairs = Isa::UsesPairs(w.format, m, dot);
     const int64_t stream_max = Isa::StreamMaxM(w, dot);
-    Array<float> xs = Activations<float>(stream_max, pairs ? 0 : m, groups * kGroup, scratch, kActivationsSlot);
-    Array<uint32_t> xb = Activations<uint32_t>(stream_max, pairs ? m : 0, groups * (kGroup / 2), scratch, kPairsSlot);
+    const int64_t xstride = pairs ? PairsStride(groups) : FloatsStride(groups);
+    Array<float> xs = Activations<float>(stream_max, pairs ? 0 : m, xstride, scratch, kActivationsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(stream_max, pairs ? m : 0, xstride, scratch, kPairsSlot);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
-      act[r] =
-          Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, pairs ? nullptr : xs.data() + r * groups * kGroup,
-                                   pairs ? xb.data() + r * groups * (kGroup / 2) : nullptr);
+      act[r] = Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, pairs ? nullptr : xs.data() + r * xstride,
+                                        pairs ? xb.data() + r * xstride : nullptr);
     });
     ExpRange all = act[0];
     for (int64_t r = 1; r < m; ++r) all = {std::min(all.lo, act[r].lo), std::max(all.hi, act[r].hi)};
-    const Job job{&w, m, groups, xs.data(), xb.data(), true, y, stream_max};
+    const Job job{.w = &w,
+                  .m = m,
+                  .groups = groups,
+                  .xs = xs.data(),
+                  .xb = xb.data(),
+                  .xstride = xstride,
+                  .round_to_bf16 = true,
+                  .y = y,
+                  .stream_max_m = stream_max};
     RunSplit(job, pool, scratch,
              [&](size_t begin, size_t end) { RecomputeInexact(w, x, m, y, act.data(), all, begin, end); });
   }
@@ -222,12 +232,19 @@ class Driver {
       if (DensePairs(w, fp8_scales, x, m, y, round_to_bf16, pool, dot, scratch)) return;
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup, stream_max = Isa::StreamMaxM(w, dot);
-    Array<float> xs = Activations<float>(stream_max, m, groups * kGroup, scratch, kActivationsSlot);
-    ForRows(pool, m, groups, [&](int64_t r) {
-      Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * groups * kGroup);
-    });
-    RunSplit(Job{&w, m, groups, xs.data(), nullptr, round_to_bf16, y, stream_max}, pool, scratch,
-             [](size_t, size_t) {});
+    const int64_t xstride = FloatsStride(groups);
+    Array<float> xs = Activations<float>(stream_max, m, xstride, scratch, kActivationsSlot);
+    ForRows(pool, m, groups,
+            [&](int64_t r) { Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * xstride); });
+    RunSplit(Job{.w = &w,
+                 .m = m,
+                 .groups = groups,
+                 .xs = xs.data(),
+                 .xstride = xstride,
+                 .round_to_bf16 = round_to_bf16,
+                 .y = y,
+                 .stream_max_m = stream_max},
+             pool, scratch, [](size_t, size_t) {});
   }
 
  private:
@@ -283,11 +300,11 @@ class Driver {
       weights = Fp8Operand(fp8_scales);
     }
     const int64_t groups = w.cols / kGroup, stream_max = Isa::StreamMaxM(w, dot);
-    Array<uint32_t> xb = Activations<uint32_t>(stream_max, m, groups * (kGroup / 2), scratch, kPairsSlot);
+    const int64_t xstride = PairsStride(groups);
+    Array<uint32_t> xb = Activations<uint32_t>(stream_max, m, xstride, scratch, kPairsSlot);
     Array<DenseRow> rows(m, scratch, 0, kRangesSlot);
-    ForRows(pool, m, groups, [&](int64_t r) {
-      rows[r] = Isa::PrepareDensePairsRow(x + r * w.cols, w.cols, xb.data() + r * groups * (kGroup / 2));
-    });
+    ForRows(pool, m, groups,
+            [&](int64_t r) { rows[r] = Isa::PrepareDensePairsRow(x + r * w.cols, w.cols, xb.data() + r * xstride); });
     DenseRow all;
     for (int64_t r = 0; r < m; ++r) {
       all.pairs_ok = all.pairs_ok && rows[r].pairs_ok;
@@ -296,8 +313,15 @@ class Driver {
     }
     if (!all.pairs_ok) return false;
     if (all.exponents.lo <= all.exponents.hi && !DensePairsAreExact(Bf16Operand(all.exponents), weights)) return false;
-    RunSplit(Job{&w, m, groups, nullptr, xb.data(), round_to_bf16, y, stream_max}, pool, scratch,
-             [](size_t, size_t) {});
+    RunSplit(Job{.w = &w,
+                 .m = m,
+                 .groups = groups,
+                 .xb = xb.data(),
+                 .xstride = xstride,
+                 .round_to_bf16 = round_to_bf16,
+                 .y = y,
+                 .stream_max_m = stream_max},
+             pool, scratch, [](size_t, size_t) {});
     return true;
   }
 
@@ -320,6 +344,14 @@ class Driver {
   }
 
   static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+  // Row strides of the activations: fp32 rows padded by the Isa's kActivationRowPad (64-byte
+  // aligned), bf16 pair rows as they are.
+  static int64_t FloatsStride(int64_t groups) {
+    static_assert(Isa::kActivationRowPad % 16 == 0, "rows stay 64-byte aligned");
+    return groups * kGroup + Isa::kActivationRowPad;
+  }
+  static int64_t PairsStride(int64_t groups) { return groups * (kGroup / 2); }
 
   // Small matrices run on fewer threads (ThreadPool::kMinBytesPerPart): a row costs its weight
   // bytes once per streaming tile's worth of activation rows.
