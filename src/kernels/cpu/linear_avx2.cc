@@ -691,7 +691,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   const int64_t groups = job.groups, xstride = job.xstride;
   const Decoder<F> dec{w.cols};
   static_assert(kPanelM == 4, "a GEMM tile takes up to 4 activation rows");
-  const int64_t quads = (job.m + kPanelM - 1) / kPanelM;  // xs has zero rows up to quads * 4
+  const int64_t quads = (job.m + kPanelM - 1) / kPanelM;  // the last one may hold fewer rows
   const bool chunked = quads <= kGemmChunkedMaxQuads;
   const int64_t chunk = chunked ? kGemmChunkGroups : groups;
   const auto acc_of = [&](int64_t q, int t, int h) {
@@ -725,7 +725,7 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
           const int64_t g1 = std::min(c1 - c0, g0 + kGemmKGroups);
           for (int t = 0; t < triples; ++t) {
             const float* triple = s.panel + t * (c1 - c0) * kGemmTileRows * kGroup;
-            // The last quad may hold fewer rows: its tiles skip the zero rows' FMAs.
+            // The last quad may hold fewer rows: a 1-3 row tile.
             WithCount<1, kPanelM>(rows, "AVX2 GEMM tile rows", [&]<int MR>() {
               for (int h = 0; h < 2; ++h) GemmTile<MR>(triple, h, x, xstride, g0, g1, acc_of(q, t, h));
             });

@@ -111,8 +111,8 @@ struct Job {
   int64_t groups = 0;  // ceil(K / 32)
   // Exactly one of xs / xb is set: the kernels run on fp32 FMAs, or (Isa::UsesPairs) on
   // vdpbf16ps.
-  const float* xs = nullptr;     // [m rounded up to kPanelM][xstride]: groups x [even 16 | odd 16] canonical fp32
-  const uint32_t* xb = nullptr;  // [m, rounded up like xs][xstride]: groups x 16 bf16 pairs (odd << 16 | even)
+  const float* xs = nullptr;     // [m][xstride]: groups x [even 16 | odd 16] canonical fp32
+  const uint32_t* xb = nullptr;  // [m][xstride]: groups x 16 bf16 pairs (odd << 16 | even)
   int64_t xstride = 0;           // elements from one activation row of xs / xb to the next
   bool round_to_bf16 = false;
   float* y = nullptr;        // [m][w->rows]
@@ -189,8 +189,8 @@ class Driver {
     const bool pairs = Isa::UsesPairs(w.format, m, dot);
     const int64_t stream_max = Isa::StreamMaxM(w, dot);
     const int64_t xstride = pairs ? PairsStride(groups) : FloatsStride(groups);
-    Array<float> xs = Activations<float>(stream_max, pairs ? 0 : m, xstride, scratch, kActivationsSlot);
-    Array<uint32_t> xb = Activations<uint32_t>(stream_max, pairs ? m : 0, xstride, scratch, kPairsSlot);
+    Array<float> xs = Activations<float>(pairs ? 0 : m, xstride, scratch, kActivationsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(pairs ? m : 0, xstride, scratch, kPairsSlot);
     Array<ExpRange> act(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups, [&](int64_t r) {
       act[r] = Isa::PrepareQuantizedRow(x + r * w.cols, w.cols, w.format, pairs ? nullptr : xs.data() + r * xstride,
@@ -233,7 +233,7 @@ class Driver {
     }
     const int64_t groups = (w.cols + kGroup - 1) / kGroup, stream_max = Isa::StreamMaxM(w, dot);
     const int64_t xstride = FloatsStride(groups);
-    Array<float> xs = Activations<float>(stream_max, m, xstride, scratch, kActivationsSlot);
+    Array<float> xs = Activations<float>(m, xstride, scratch, kActivationsSlot);
     ForRows(pool, m, groups,
             [&](int64_t r) { Isa::PrepareDenseRow(x + r * w.cols, w.cols, w.format, xs.data() + r * xstride); });
     RunSplit(Job{.w = &w,
@@ -301,7 +301,7 @@ class Driver {
     }
     const int64_t groups = w.cols / kGroup, stream_max = Isa::StreamMaxM(w, dot);
     const int64_t xstride = PairsStride(groups);
-    Array<uint32_t> xb = Activations<uint32_t>(stream_max, m, xstride, scratch, kPairsSlot);
+    Array<uint32_t> xb = Activations<uint32_t>(m, xstride, scratch, kPairsSlot);
     Array<DenseRow> rows(m, scratch, 0, kRangesSlot);
     ForRows(pool, m, groups,
             [&](int64_t r) { rows[r] = Isa::PrepareDensePairsRow(x + r * w.cols, w.cols, xb.data() + r * xstride); });
@@ -343,8 +343,6 @@ class Driver {
     });
   }
 
-  static int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
-
   // Row strides of the activations: fp32 rows padded by the Isa's kActivationRowPad (64-byte
   // aligned), bf16 pair rows as they are.
   static int64_t FloatsStride(int64_t groups) {
@@ -366,14 +364,11 @@ class Driver {
   // Scale bytes 10..245 (the FoldIsExact weight range); `scales`: the matrix's scale range.
   static bool Fp8DecodesToBf16(ExpRange scales) { return scales.lo >= -117 && scales.hi <= 118; }
 
-  // Canonical activation rows (fp32 or bf16 pairs) of `row_size` elements; for the GEMM path m is
-  // rounded up to its tile with zero rows. m = 0: none.
+  // Canonical activation rows (fp32 or bf16 pairs) of `row_size` elements; m = 0: none. (The GEMM
+  // tiles take the rows after the last whole quad as a 1-3 row tile, so no zero rows follow.)
   template <class T>
-  static Array<T> Activations(int64_t stream_max, int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
-    const int64_t rows = m > stream_max ? RoundUp(m, kPanelM) : m;
-    Array<T> rows_array(rows * row_size, scratch, 0, slot);
-    if (rows > m) std::memset(rows_array.data() + m * row_size, 0, sizeof(T) * (rows - m) * row_size);
-    return rows_array;
+  static Array<T> Activations(int64_t m, int64_t row_size, ThreadScratch* scratch, int slot) {
+    return Array<T>(m * row_size, scratch, 0, slot);
   }
 
   static void Run(const Job& job, size_t begin, size_t end, unsigned char* scratch) {
