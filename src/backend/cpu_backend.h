@@ -22,7 +22,9 @@ struct GemvRecord {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(ThreadPool& pool, IsaLevel isa) : scratch_(pool.size()), cpu_{pool, isa, &scratch_} {}
+  // `dot`: the AVX-512 linears' kernel plan (ChooseBf16Dot; the CPU's by default).
+  CpuBackend(ThreadPool& pool, IsaLevel isa, Bf16Dot dot = ChooseBf16Dot())
+      : scratch_(pool.size()), cpu_{pool, isa, &scratch_, dot} {}
 
   std::string_view name() const override { return "cpu"; }
   Workspace& workspace() override { return workspace_; }

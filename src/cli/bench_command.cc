@@ -46,6 +46,7 @@ struct BenchOptions {
   std::string model;  // empty: the embedded default
   int threads = 0;
   std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
   WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t prefill_tokens = 512;
   int64_t decode_tokens = 16;
@@ -75,6 +76,7 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
        "worker threads for the model and the machine limits (default: all cores; at most 4 per hardware thread)",
        [](BenchOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<BenchOptions>(),
+      KernelPlanFlag<BenchOptions>(),
       WeightLayoutFlag<BenchOptions>(),
       {"--prefill-tokens", "N", "prompt length of the prefill (TTFT) measurement (default 512)",
        [](BenchOptions& o, const std::string& v) {
@@ -305,10 +307,10 @@ SpeculativeResult RunSpeculativeDecode(const Model& model, const ComputeContext&
 // The instruction the prefill GEMM panels run on: vdpbf16ps only where the kernel plan puts the
 // panels on it (Zen 4, twice the FMA rate); on Intel the panels use FMAs, which run there at twice
 // the vdpbf16ps rate, so a vdpbf16ps peak would halve the denominator.
-PeakKind PeakKindFor(IsaLevel isa) {
+PeakKind PeakKindFor(IsaLevel isa, Bf16Dot plan) {
   switch (isa) {
     case IsaLevel::kAvx512:
-      return ChooseBf16Dot() == Bf16Dot::kQuantized ? PeakKind::kAvx512Bf16Dot : PeakKind::kAvx512Fma;
+      return plan == Bf16Dot::kQuantized ? PeakKind::kAvx512Bf16Dot : PeakKind::kAvx512Fma;
     case IsaLevel::kAvx2:
       return PeakKind::kAvx2Fma;
     case IsaLevel::kScalar:
@@ -332,9 +334,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   }
   const BenchOptions o = ParseBenchOptions(args);
   const IsaLevel isa = ChooseIsaFlag(o.isa);
+  const Bf16Dot plan = ChooseKernelPlanFlag(o.kernel_plan, isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
-  const std::string weight_layout = ApplyWeightLayout(*model, o.weight_layout, isa);
+  const std::string weight_layout = ApplyWeightLayout(*model, o.weight_layout, isa, plan);
   const ModelConfig& config = model->config();
   if (o.prefill_tokens > model->max_context()) {
     throw MakeError("bench: --prefill-tokens ", o.prefill_tokens, " exceeds the model's maximum context of ",
@@ -355,7 +358,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                     model->max_context());
   }
   ThreadPool pool(o.threads);
-  CpuBackend backend(pool, isa);
+  CpuBackend backend(pool, isa, plan);
   const ComputeContext ctx{backend};
 
   // The machine's limits, with the same threads; the bandwidth probe also runs between the
@@ -363,7 +366,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   Progress("measuring DRAM read bandwidth (1 GiB)");
   ReadBandwidthProbe probe(pool, kBandwidthBytes);
   probe.Sample(kBandwidthFirstPasses);
-  const PeakKind peak_kind = PeakKindFor(isa);
+  const PeakKind peak_kind = PeakKindFor(isa, plan);
   Progress("measuring the FLOP peak");
   const double peak_flops = MeasurePeakFlops(pool, peak_kind, kPeakSeconds);
 
@@ -413,7 +416,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   std::printf("  %d layers, hidden %lld, %d routed experts (top %d); %d threads, isa %s\n", config.num_layers,
               static_cast<long long>(config.hidden_size), config.n_routed_experts, config.num_experts_per_tok,
               pool.size(), std::string(IsaName(isa)).c_str());
-  std::printf("  kernels: %s\n", std::string(LinearKernelsName(isa)).c_str());
+  std::printf("  kernels: %s (plan %s%s)\n", std::string(LinearKernelsName(isa, plan)).c_str(),
+              std::string(Bf16DotName(plan)).c_str(), o.kernel_plan ? ", --kernel-plan" : ", this CPU's");
   std::printf("  weight layout: %s\n", weight_layout.c_str());
   std::printf("\nmachine (measured now, %d threads)\n", pool.size());
   std::printf(
@@ -493,7 +497,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"measured_read_gb_s_max", bandwidth.max / 1e9},
         {"measured_read_passes", bandwidth.passes},
         {"best_gemv_gb_s", best_gemv_gb_s},
-        {"kernels", std::string(LinearKernelsName(isa))},
+        {"kernels", std::string(LinearKernelsName(isa, plan))},
+        {"kernel_plan", std::string(Bf16DotName(plan))},
         {"weight_layout", model->interleave_report().matrices > 0 ? "interleaved" : "in-place"},
         {"interleaved_bytes", model->interleave_report().bytes},
         {"interleave_seconds", model->interleave_report().seconds},

@@ -21,6 +21,10 @@ std::string VersionText() {
   text += "commit   " + std::string(GitCommit()) + "\n";
   text += "build    " DEEPINFER_BUILD_TYPE ", " + std::string(kCompiler) + "\n";
   text += "isa      compiled: " + compiled + "; this CPU: " + std::string(IsaName(DetectIsa())) + "\n";
+  if (DetectIsa() == IsaLevel::kAvx512) {
+    text += "plan     this CPU's avx512 kernel plan: " + std::string(Bf16DotName(ChooseBf16Dot())) +
+            " (--kernel-plan: fma, fp8-gemv-dot, quantized-dot)\n";
+  }
   return text;
 }
 

@@ -246,8 +246,8 @@ int RunChat(const std::vector<std::string>& args, std::istream& in, std::ostream
   std::optional<Tokenizer> loaded = Tokenizer::FromModelDirectory(ModelDirectory(model_dir));
   if (!loaded) throw MakeError("chat: ", model_dir, " has no tokenizer.json");
   const Tokenizer tokenizer = std::move(*loaded);
-  const std::unique_ptr<Model> model =
-      LoadModelAndPageIn(model_dir, ModelOptions{.max_context = options.max_context}, DetectIsa(), WeightLayout::kAuto);
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, ModelOptions{.max_context = options.max_context},
+                                                          DetectIsa(), ChooseBf16Dot(), WeightLayout::kAuto);
   if (static_cast<int64_t>(tokenizer.size()) > model->config().vocab_size) {
     throw MakeError("chat: the model's vocabulary (", model->config().vocab_size,
                     " ids) does not cover its tokenizer (", tokenizer.size(), " ids), so it cannot take chat text",

@@ -47,6 +47,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 0;
   std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
   WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t max_context = 0;
   std::string dump_logits;
@@ -85,6 +86,7 @@ const std::vector<Flag<GenerateOptions>>& GenerateFlags() {
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](GenerateOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<GenerateOptions>(),
+      KernelPlanFlag<GenerateOptions>(),
       WeightLayoutFlag<GenerateOptions>(),
       {"--max-context", "N", "maximum sequence length (default: the model's max_position_embeddings)",
        [](GenerateOptions& o, const std::string& v) {
@@ -233,12 +235,13 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   }
   const GenerateOptions options = ParseGenerateOptions(args);
   const IsaLevel isa = ChooseIsaFlag(options.isa);  // before the model loads, like the id list
+  const Bf16Dot plan = ChooseKernelPlanFlag(options.kernel_plan, isa);
   // Before the model loads, so that a bad id list fails at once.
   std::vector<int32_t> prompt = options.prompt_ids.empty() ? std::vector<int32_t>() : ParseIdList(options.prompt_ids);
   const std::string model_dir = ModelDirOrDefault(options.model);
   ModelOptions model_options;
   model_options.max_context = options.max_context;
-  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, model_options, isa, options.weight_layout);
+  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, model_options, isa, plan, options.weight_layout);
   const std::optional<Tokenizer> tokenizer = Tokenizer::FromModelDirectory(ModelDirectory(model_dir));
 
   if (!options.prompt.empty()) {
@@ -282,7 +285,7 @@ int RunGenerateCommand(const std::vector<std::string>& args) {
   ThreadPool pool(options.threads);
   const size_t vocab = model->config().vocab_size;
   const bool dump = !options.dump_logits.empty();
-  CpuBackend backend(pool, isa);
+  CpuBackend backend(pool, isa, plan);
   EngineOptions engine_options;
   engine_options.speculative = options.speculative;
   engine_options.speculative_length = options.speculative_length;

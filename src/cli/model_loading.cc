@@ -23,21 +23,26 @@ uint64_t MachineMemory() {
 
 }  // namespace
 
-std::string ApplyWeightLayout(Model& model, WeightLayout layout, IsaLevel isa) {
-  const bool read =
-      LinearReadsInterleaved(isa, MatrixFormat::kFP8Block32) || LinearReadsInterleaved(isa, MatrixFormat::kFP4Row32);
+std::string ApplyWeightLayout(Model& model, WeightLayout layout, IsaLevel isa, Bf16Dot dot) {
+  const bool read = LinearReadsInterleaved(isa, dot, MatrixFormat::kFP8Block32) ||
+                    LinearReadsInterleaved(isa, dot, MatrixFormat::kFP4Row32);
   if (layout == WeightLayout::kAuto) {
     const bool fits = CheckpointBytes(model.checkpoint()) <= MachineMemory() / 2;
     layout = read && fits ? WeightLayout::kInterleaved : WeightLayout::kInPlace;
   }
   if (layout == WeightLayout::kInPlace) return "in place";
   if (!read) {
-    throw MakeError("--weight-layout interleaved: no kernel at isa ", IsaName(isa),
-                    " on this CPU reads the interleaved copy (it needs AVX-512 with AVX512-BF16)");
+    if (isa != IsaLevel::kAvx512) {
+      throw MakeError("--weight-layout interleaved: no kernel at isa ", IsaName(isa),
+                      " on this CPU reads the interleaved copy (it needs AVX-512 with AVX512-BF16)");
+    }
+    throw MakeError("--weight-layout interleaved: no kernel of kernel plan ", Bf16DotName(dot),
+                    " on this CPU reads the interleaved copy (the fp8-gemv-dot and quantized-dot plans do, with "
+                    "AVX512-BF16)");
   }
   // Only the formats the kernels at `isa` read interleaved: a copy of the others would be dead weight.
   const Model::InterleaveReport report =
-      model.InterleaveMatrices([isa](MatrixFormat f) { return LinearReadsInterleaved(isa, f); });
+      model.InterleaveMatrices([isa, dot](MatrixFormat f) { return LinearReadsInterleaved(isa, dot, f); });
   if (report.matrices == 0) return "in place (no FP8/FP4/BF16 matrix that the kernels read interleaved)";
   char line[160];
   std::snprintf(line, sizeof line, "interleaved copy of %lld matrices, %.3f GiB, made in %.2f s",
@@ -46,7 +51,7 @@ std::string ApplyWeightLayout(Model& model, WeightLayout layout, IsaLevel isa) {
 }
 
 std::unique_ptr<Model> LoadModelAndPageIn(const std::string& model_dir, const ModelOptions& options, IsaLevel isa,
-                                          WeightLayout layout) {
+                                          Bf16Dot dot, WeightLayout layout) {
   std::unique_ptr<Model> model = Model::Load(model_dir, options);
   const Checkpoint& checkpoint = model->checkpoint();
   const uint64_t total = CheckpointBytes(checkpoint);
@@ -61,7 +66,7 @@ std::unique_ptr<Model> LoadModelAndPageIn(const std::string& model_dir, const Mo
     }
     bar.Finish();
   }
-  ApplyWeightLayout(*model, layout, isa);
+  ApplyWeightLayout(*model, layout, isa, dot);
   return model;
 }
 

@@ -16,11 +16,11 @@
 namespace deepinfer {
 
 std::unique_ptr<Model> LoadModelAndPageIn(const std::string& model_dir, const ModelOptions& options, IsaLevel isa,
-                                          WeightLayout layout);
+                                          Bf16Dot dot, WeightLayout layout);
 
-// Applies `layout` to a loaded model for kernels at `isa`; returns what was done, in words, for
-// the log ("in place" or "interleaved copy of 48 matrices, 1.2 GiB, made in 0.8 s"). Throws when
-// `layout` is kInterleaved and the kernels at `isa` read no interleaved copy.
-std::string ApplyWeightLayout(Model& model, WeightLayout layout, IsaLevel isa);
+// Applies `layout` to a loaded model for kernels at `isa` with kernel plan `dot`; returns what was
+// done, in words, for the log ("in place" or "interleaved copy of 48 matrices, 1.2 GiB, made in
+// 0.8 s"). Throws when `layout` is kInterleaved and those kernels read no interleaved copy.
+std::string ApplyWeightLayout(Model& model, WeightLayout layout, IsaLevel isa, Bf16Dot dot);
 
 }  // namespace deepinfer

@@ -46,6 +46,7 @@ struct ServeOptions {
   int64_t max_queue = 512;
   int threads = 0;
   std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
   WeightLayout weight_layout = WeightLayout::kAuto;
   bool prefix_cache = true;
   std::optional<uint64_t> seed;
@@ -101,6 +102,7 @@ const std::vector<Flag<ServeOptions>>& ServeFlags() {
       {"--threads", "N", "compute threads (default: all cores; at most 4 per hardware thread)",
        [](ServeOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<ServeOptions>(),
+      KernelPlanFlag<ServeOptions>(),
       WeightLayoutFlag<ServeOptions>(),
       SpeculativeFlag<ServeOptions>(),
       SpeculativeLengthFlag<ServeOptions>(),
@@ -169,8 +171,9 @@ int RunServeCommand(const std::vector<std::string>& args) {
   const Tokenizer tokenizer = std::move(*loaded);
   std::fprintf(stderr, "serve: loading %s\n", model_dir.c_str());
   const IsaLevel isa = ChooseIsaFlag(o.isa);
+  const Bf16Dot plan = ChooseKernelPlanFlag(o.kernel_plan, isa);
   const std::unique_ptr<Model> model =
-      LoadModelAndPageIn(model_dir, ModelOptions{.max_context = o.max_model_len}, isa, o.weight_layout);
+      LoadModelAndPageIn(model_dir, ModelOptions{.max_context = o.max_model_len}, isa, plan, o.weight_layout);
   if (const Model::InterleaveReport& r = model->interleave_report(); r.matrices > 0) {
     std::fprintf(stderr, "serve: %lld weight matrices interleaved, %.3f GiB in %.2f s\n",
                  static_cast<long long>(r.matrices), static_cast<double>(r.bytes) / (1 << 30), r.seconds);
@@ -191,7 +194,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
   engine_options.seed = o.seed;
   engine_options.speculative = o.speculative;
   engine_options.speculative_length = o.speculative_length;
-  CpuBackend backend(pool, isa);
+  CpuBackend backend(pool, isa, plan);
   Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   Metrics metrics;
   EngineLoop loop(engine, metrics, static_cast<int>(max_running),
@@ -209,10 +212,12 @@ int RunServeCommand(const std::vector<std::string>& args) {
   }
   std::fprintf(stderr,
                "serve: engine: KV budget %s, max running %lld, max step tokens %lld, queue %lld, prefix cache %s, "
-               "%d compute threads (%s), %d HTTP threads%s\n",
+               "%d compute threads (%s%s%s), %d HTTP threads%s\n",
                Bytes(engine_options.kv_cache_memory).c_str(), static_cast<long long>(max_running),
                static_cast<long long>(o.max_step_tokens), static_cast<long long>(o.max_queue),
-               o.prefix_cache ? "on" : "off", pool.size(), std::string(IsaName(isa)).c_str(), o.http.threads,
+               o.prefix_cache ? "on" : "off", pool.size(), std::string(IsaName(isa)).c_str(),
+               isa == IsaLevel::kAvx512 ? ", kernel plan " : "",
+               isa == IsaLevel::kAvx512 ? std::string(Bf16DotName(plan)).c_str() : "", o.http.threads,
                o.http.api_key.empty() ? "" : ", API key required");
   std::fprintf(stderr, "serve: listening on http://%s:%u\n", o.http.host.c_str(), static_cast<unsigned>(port));
   server.Run();

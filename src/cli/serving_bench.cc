@@ -102,6 +102,7 @@ struct ServingOptions {
   std::string model;  // empty: the embedded default
   int threads = 0;
   std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
   WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t num_requests = 16;
   int64_t input_len = 128;
@@ -144,6 +145,7 @@ const std::vector<Flag<ServingOptions>>& ServingFlags() {
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](ServingOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<ServingOptions>(),
+      KernelPlanFlag<ServingOptions>(),
       WeightLayoutFlag<ServingOptions>(),
       {"--max-step-tokens", "B", "tokens one engine step may run (default 512)",
        [](ServingOptions& o, const std::string& v) {
@@ -197,6 +199,8 @@ void RejectEngineFlagsWithUrl(const ServingOptions& o) {
   const char* flag = !o.model.empty()                                ? "--model"
                      : o.threads != 0                                ? "--threads"
                      : o.isa                                         ? "--isa"
+                     : o.kernel_plan                                 ? "--kernel-plan"
+                     : o.weight_layout != defaults.weight_layout     ? "--weight-layout"
                      : o.max_running                                 ? "--max-running"
                      : o.max_step_tokens != defaults.max_step_tokens ? "--max-step-tokens"
                      : o.kv_cache_memory != defaults.kv_cache_memory ? "--kv-cache-memory"
@@ -287,15 +291,16 @@ void CheckWorkload(const ServingOptions& o, int64_t vocab, int64_t max_context) 
 std::vector<RequestRecord> ServeInProcess(const ServingOptions& o, int64_t max_running,
                                           const std::vector<double>& arrivals, ServingRun& run) {
   const IsaLevel isa = ChooseIsaFlag(o.isa);
+  const Bf16Dot plan = ChooseKernelPlanFlag(o.kernel_plan, isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   Progress("loading " + model_dir);
   const std::unique_ptr<Model> model = Model::Load(model_dir);
-  ApplyWeightLayout(*model, o.weight_layout, isa);
+  ApplyWeightLayout(*model, o.weight_layout, isa, plan);
   const int64_t vocab = model->config().vocab_size;
   CheckWorkload(o, vocab, model->max_context());
 
   ThreadPool pool(o.threads);
-  CpuBackend backend(pool, isa);
+  CpuBackend backend(pool, isa, plan);
   const ComputeContext ctx{backend};
   EngineOptions engine_options;
   engine_options.max_step_tokens = o.max_step_tokens;
@@ -629,6 +634,7 @@ struct SweepOptions {
   std::string model;
   int threads = 0;
   std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
   WeightLayout weight_layout = WeightLayout::kAuto;
   std::vector<int64_t> contexts = {256, 1024, 2048};
   std::vector<int64_t> max_model_lens = {2048, 4096};
@@ -663,6 +669,7 @@ const std::vector<Flag<SweepOptions>>& SweepFlags() {
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](SweepOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
       IsaFlag<SweepOptions>(),
+      KernelPlanFlag<SweepOptions>(),
       WeightLayoutFlag<SweepOptions>(),
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](SweepOptions& o, const std::string&) { o.json = true; }},
@@ -764,6 +771,7 @@ int RunContextSweep(const std::vector<std::string>& args) {
                     o.max_model_lens.front());
   }
   const IsaLevel isa = ChooseIsaFlag(o.isa);
+  const Bf16Dot plan = ChooseKernelPlanFlag(o.kernel_plan, isa);
   const std::string model_dir = ModelDirOrDefault(o.model);
   const int64_t model_max = LoadModelConfig(model_dir).max_position_embeddings;
   if (o.max_model_lens.back() > model_max) {
@@ -771,14 +779,14 @@ int RunContextSweep(const std::vector<std::string>& args) {
                     " exceeds the model's max_position_embeddings of ", model_max, " (", model_dir, ")");
   }
   ThreadPool pool(o.threads);
-  CpuBackend backend(pool, isa);
+  CpuBackend backend(pool, isa, plan);
   const ComputeContext ctx{backend};
 
   std::vector<SweepCell> cells;  // max_model_len-major
   for (const int64_t max_len : o.max_model_lens) {
     Progress("loading with max context " + std::to_string(max_len));
     const std::unique_ptr<Model> model = Model::Load(model_dir, ModelOptions{.max_context = max_len});
-    ApplyWeightLayout(*model, o.weight_layout, isa);
+    ApplyWeightLayout(*model, o.weight_layout, isa, plan);
     for (const int64_t context : o.contexts) {
       Progress("context " + std::to_string(context) + ", max context " + std::to_string(max_len));
       cells.push_back(RunSweepCell(*model, ctx, o, context));

@@ -43,7 +43,11 @@ def test_version(deepinfer):
     assert r.returncode == 0
     assert re.search(r"^deepinfer \d+\.\d+\.\d+$", r.stdout, re.M), r.stdout
     assert re.search(r"^commit   [0-9a-f]{7,}", r.stdout, re.M), r.stdout
-    assert re.search(r"^isa      compiled: scalar, avx2, avx512; this CPU: (scalar|avx2|avx512)$", r.stdout, re.M)
+    isa = re.search(r"^isa      compiled: scalar, avx2, avx512; this CPU: (scalar|avx2|avx512)$", r.stdout, re.M)
+    assert isa, r.stdout
+    # An AVX-512 CPU names its kernel plan (--kernel-plan), the others have none.
+    plan = re.search(r"^plan     this CPU's avx512 kernel plan: (fma|fp8-gemv-dot|quantized-dot) ", r.stdout, re.M)
+    assert bool(plan) == (isa.group(1) == "avx512"), r.stdout
 
 
 # The flags the issue names for each command (issue #9's scope): the help must list them all.

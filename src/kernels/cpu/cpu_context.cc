@@ -48,6 +48,12 @@ CpuFeatures Detect() {
   return f;
 }
 
+// CPUID is a VM exit: read once (the answer cannot change while the process runs).
+const CpuFeatures& Features() {
+  static const CpuFeatures features = Detect();
+  return features;
+}
+
 }  // namespace
 
 std::string_view IsaName(IsaLevel level) {
@@ -70,20 +76,48 @@ std::optional<IsaLevel> ParseIsa(std::string_view name) {
 }
 
 IsaLevel DetectIsa() {
-  const CpuFeatures f = Detect();
+  const CpuFeatures& f = Features();
   if (f.avx512) return IsaLevel::kAvx512;
   if (f.avx2) return IsaLevel::kAvx2;
   return IsaLevel::kScalar;
 }
 
-bool CpuHasAvx512Bf16() { return Detect().avx512_bf16; }
+bool CpuHasAvx512Bf16() { return Features().avx512_bf16; }
 
-bool CpuHasAvx512Vbmi() { return Detect().avx512_vbmi; }
+bool CpuHasAvx512Vbmi() { return Features().avx512_vbmi; }
 
 Bf16Dot ChooseBf16Dot() {
-  const CpuFeatures f = Detect();
+  const CpuFeatures& f = Features();
   if (!f.avx512_bf16) return Bf16Dot::kNone;
   return f.amd ? Bf16Dot::kQuantized : Bf16Dot::kFp8Gemv;
+}
+
+Bf16Dot ChooseBf16Dot(std::optional<Bf16Dot> forced) {
+  if (!forced) return ChooseBf16Dot();
+  if (*forced != Bf16Dot::kNone && !Features().avx512_bf16) {
+    throw MakeError("kernel plan ", Bf16DotName(*forced),
+                    " needs AVX512-BF16, which this CPU lacks (its plan: ", Bf16DotName(ChooseBf16Dot()), ")");
+  }
+  return *forced;
+}
+
+std::string_view Bf16DotName(Bf16Dot dot) {
+  switch (dot) {
+    case Bf16Dot::kNone:
+      return "fma";
+    case Bf16Dot::kFp8Gemv:
+      return "fp8-gemv-dot";
+    case Bf16Dot::kQuantized:
+      return "quantized-dot";
+  }
+  return "?";
+}
+
+std::optional<Bf16Dot> ParseBf16Dot(std::string_view name) {
+  for (Bf16Dot dot : {Bf16Dot::kNone, Bf16Dot::kFp8Gemv, Bf16Dot::kQuantized}) {
+    if (Bf16DotName(dot) == name) return dot;
+  }
+  return std::nullopt;
 }
 
 std::vector<IsaLevel> SupportedIsaLevels() {

@@ -13,8 +13,7 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
   // SIMD paths (linear_simd.h): same numerics contract on every ISA level; the scalar code below
   // stays the oracle they are tested against.
   if (ctx.isa != IsaLevel::kScalar && w.cols <= linear_simd::kMaxK) {
-    static const Bf16Dot dot = ChooseBf16Dot();  // CPUID is a VM exit: ask once
-    if (ctx.isa == IsaLevel::kAvx512) return QuantizedLinearAvx512(w, x, m, y, ctx.pool, dot, ctx.scratch);
+    if (ctx.isa == IsaLevel::kAvx512) return QuantizedLinearAvx512(w, x, m, y, ctx.pool, ctx.dot, ctx.scratch);
     return QuantizedLinearAvx2(w, x, m, y, ctx.pool, ctx.scratch);
   }
   const int64_t k_blocks = w.cols / kQuantBlock;
@@ -54,8 +53,9 @@ void QuantizedLinear(const WeightMatrix& w, const float* x, int64_t m, float* y,
 void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, bool round_to_bf16,
                  const CpuContext& ctx) {
   if (ctx.isa != IsaLevel::kScalar && w.format != MatrixFormat::kFP4Row32) {
-    static const Bf16Dot dot = ChooseBf16Dot();  // CPUID is a VM exit: ask once
-    if (ctx.isa == IsaLevel::kAvx512) return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool, dot, ctx.scratch);
+    if (ctx.isa == IsaLevel::kAvx512) {
+      return DenseLinearAvx512(w, x, m, y, round_to_bf16, ctx.pool, ctx.dot, ctx.scratch);
+    }
     return DenseLinearAvx2(w, x, m, y, round_to_bf16, ctx.pool, ctx.scratch);
   }
   const bool fp8 = w.format == MatrixFormat::kFP8Block32;
@@ -86,10 +86,10 @@ void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const Cp
   }
 }
 
-std::string_view LinearKernelsName(IsaLevel isa) {
+std::string_view LinearKernelsName(IsaLevel isa, Bf16Dot dot) {
   switch (isa) {
     case IsaLevel::kAvx512:
-      switch (ChooseBf16Dot()) {
+      switch (dot) {
         case Bf16Dot::kQuantized:
           return "avx512: fp8/fp4 gemv and gemm on vdpbf16ps, dense bf16/fp8 on vdpbf16ps where exact, else fma";
         case Bf16Dot::kFp8Gemv:
@@ -106,14 +106,14 @@ std::string_view LinearKernelsName(IsaLevel isa) {
   return "unknown";
 }
 
-bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format) {
+bool LinearReadsInterleaved(IsaLevel isa, Bf16Dot dot, MatrixFormat format) {
   if (isa != IsaLevel::kAvx512) return false;
   switch (format) {
     case MatrixFormat::kFP8Block32:
-      return ChooseBf16Dot() != Bf16Dot::kNone && CpuHasAvx512Vbmi();
+      return dot != Bf16Dot::kNone && CpuHasAvx512Vbmi();
     case MatrixFormat::kFP4Row32:
     case MatrixFormat::kBF16:
-      return ChooseBf16Dot() == Bf16Dot::kQuantized;
+      return dot == Bf16Dot::kQuantized;
     default:
       return false;
   }

@@ -27,16 +27,17 @@ void DenseLinear(const WeightMatrix& w, const float* x, int64_t m, float* y, boo
 // weights take the quantized path, bf16 weights a bf16 GEMM.
 void Linear(const WeightMatrix& w, const float* x, int64_t m, float* y, const CpuContext& ctx);
 
-// Which kernels the calls above run at `isa` on this CPU, in words (logged by `bench`).
-std::string_view LinearKernelsName(IsaLevel isa);
+// Which kernels the calls above run at `isa` with kernel plan `dot` (CpuContext::dot), in words
+// (logged by `bench`).
+std::string_view LinearKernelsName(IsaLevel isa, Bf16Dot dot);
 
-// Whether the GEMV (M = 1) of QuantizedLinear / DenseLinear at `isa` on this CPU reads the
+// Whether the GEMV (M = 1) of QuantizedLinear / DenseLinear at `isa` and plan `dot` reads the
 // interleaved copy (InterleavedTiles) of a `format` matrix that has one, and should be given one:
 // FP8 and FP4 where the GEMV runs on vdpbf16ps (AVX-512: FP8 on every plan that has it, with
 // AVX512-VBMI for its decode; FP4 on the AMD one); BF16 (the output head, on FMAs) on the AMD plan,
 // where it was measured faster. The AVX-512 kernels read a BF16 copy on any plan; elsewhere the
 // GEMV reads the matrix in place, and a copy would only add to what is read (the bits are the
 // same either way). Batched steps (M = 2-8) read the copies too where that was measured faster.
-bool LinearReadsInterleaved(IsaLevel isa, MatrixFormat format);
+bool LinearReadsInterleaved(IsaLevel isa, Bf16Dot dot, MatrixFormat format);
 
 }  // namespace deepinfer
