@@ -11,28 +11,16 @@ mkdir -p "$dir"
 # 40 prompt tokens: the prefill runs the GEMM panels, the decode steps the GEMV tiles.
 args=(generate --prompt-ids "$(seq -s, 3 7 276)" --max-tokens 6)
 
-expect_error() {  # expected-message command...
-  local expected=$1
-  shift
-  local out
-  if out=$("$@" 2>&1); then
-    echo "ran, but should have been refused: $*"
-    exit 1
-  fi
-  if [ "$out" != "$expected" ]; then
-    printf '%s\n' "$*" "got:" "$out" "expected:" "$expected"
-    exit 1
-  fi
-}
+expect_error() { bash "$(dirname "$0")/expect_error.sh" "$@"; }  # REGEX COMMAND...
 
-expect_error "error: --kernel-plan: expected fma, fp8-gemv-dot or quantized-dot, got 'dot'" \
+expect_error "^error: --kernel-plan: expected fma, fp8-gemv-dot or quantized-dot, got 'dot'$" \
   "$deepinfer" "${args[@]}" --kernel-plan dot
-expect_error "error: --kernel-plan: only the avx512 kernels have a plan to choose; this run uses isa scalar" \
+expect_error "^error: --kernel-plan: only the avx512 kernels have a plan to choose; this run uses isa scalar$" \
   "$deepinfer" "${args[@]}" --kernel-plan fma --isa scalar
 
 cpu=$("$deepinfer" --version | sed -n 's/.*this CPU: //p')
 if [ "$cpu" != avx512 ]; then
-  expect_error "error: --kernel-plan: only the avx512 kernels have a plan to choose; this run uses isa $cpu" \
+  expect_error "^error: --kernel-plan: only the avx512 kernels have a plan to choose; this run uses isa $cpu$" \
     "$deepinfer" "${args[@]}" --kernel-plan fma
   echo "a $cpu CPU: no avx512 kernels, every --kernel-plan refused"
   exit 0

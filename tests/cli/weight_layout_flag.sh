@@ -8,23 +8,11 @@ set -euo pipefail
 deepinfer=$1
 args=(generate --prompt-ids 0,17,42,99 --max-tokens 8 --show-ids)
 
-expect_error() {  # expected-message command...
-  local expected=$1
-  shift
-  local out
-  if out=$("$@" 2>&1); then
-    echo "ran, but should have been refused: $*"
-    exit 1
-  fi
-  if [ "$out" != "$expected" ]; then
-    printf '%s\n' "$*" "got:" "$out" "expected:" "$expected"
-    exit 1
-  fi
-}
+expect_error() { bash "$(dirname "$0")/expect_error.sh" "$@"; }  # REGEX COMMAND...
 
-expect_error "error: --weight-layout: expected auto, in-place or interleaved, got 'packed'" \
+expect_error "^error: --weight-layout: expected auto, in-place or interleaved, got 'packed'$" \
   "$deepinfer" "${args[@]}" --weight-layout packed
-expect_error "error: --weight-layout interleaved: no kernel at isa scalar on this CPU reads the interleaved copy (it needs AVX-512 with AVX512-BF16)" \
+expect_error "^error: --weight-layout interleaved: no kernel at isa scalar on this CPU reads the interleaved copy \(it needs AVX-512 with AVX512-BF16\)$" \
   "$deepinfer" "${args[@]}" --weight-layout interleaved --isa scalar
 
 in_place=$("$deepinfer" "${args[@]}" --weight-layout in-place)
