@@ -12,6 +12,7 @@
 #include "chat/output_parser.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/isa_flag.h"
 #include "cli/model_loading.h"
 #include "cli/sampling_flags.h"
 #include "core/error.h"
@@ -37,6 +38,9 @@ struct TerminalChatOptions {
   SamplingParams sampling{0.7f};
   std::optional<uint64_t> seed;
   int threads = 0;
+  std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t max_context = 0;
 };
 
@@ -63,6 +67,9 @@ const std::vector<Flag<TerminalChatOptions>>& ChatFlags() {
        [](TerminalChatOptions& o, const std::string& v) { o.seed = ParseSeedFlag("--seed", v); }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](TerminalChatOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
+      IsaFlag<TerminalChatOptions>(),
+      KernelPlanFlag<TerminalChatOptions>(),
+      WeightLayoutFlag<TerminalChatOptions>(),
       {"--max-context", "N", "maximum conversation length in tokens (default: the model's)",
        [](TerminalChatOptions& o, const std::string& v) {
          o.max_context = ParseIntFlag("--max-context", v, 0, kMaxTokensFlag);
@@ -109,13 +116,13 @@ class ReplyPrinter {
 
 class TerminalChat {
  public:
-  TerminalChat(const TerminalChatOptions& options, const Model& model, const Tokenizer& tokenizer, std::ostream& out,
-               bool color)
+  TerminalChat(const TerminalChatOptions& options, const Model& model, const Tokenizer& tokenizer, IsaLevel isa,
+               Bf16Dot plan, std::ostream& out, bool color)
       : options_(options),
         model_(model),
         tokenizer_(tokenizer),
         pool_(options.threads),
-        backend_(pool_, DetectIsa()),
+        backend_(pool_, isa, plan),
         engine_(model, ComputeContext{backend_}, EngineOptions{}, &tokenizer),
         out_(out),
         color_(color),
@@ -246,8 +253,10 @@ int RunChat(const std::vector<std::string>& args, std::istream& in, std::ostream
   std::optional<Tokenizer> loaded = Tokenizer::FromModelDirectory(ModelDirectory(model_dir));
   if (!loaded) throw MakeError("chat: ", model_dir, " has no tokenizer.json");
   const Tokenizer tokenizer = std::move(*loaded);
-  const std::unique_ptr<Model> model = LoadModelAndPageIn(model_dir, ModelOptions{.max_context = options.max_context},
-                                                          DetectIsa(), ChooseBf16Dot(), WeightLayout::kAuto);
+  const IsaLevel isa = ChooseIsaFlag(options.isa);
+  const Bf16Dot plan = ChooseKernelPlanFlag(options.kernel_plan, isa);
+  const std::unique_ptr<Model> model =
+      LoadModelAndPageIn(model_dir, ModelOptions{.max_context = options.max_context}, isa, plan, options.weight_layout);
   if (static_cast<int64_t>(tokenizer.size()) > model->config().vocab_size) {
     throw MakeError("chat: the model's vocabulary (", model->config().vocab_size,
                     " ids) does not cover its tokenizer (", tokenizer.size(), " ids), so it cannot take chat text",
@@ -255,7 +264,7 @@ int RunChat(const std::vector<std::string>& args, std::istream& in, std::ostream
                                             "written by 'deepinfer make-model --preset tiny')"
                                           : "");
   }
-  TerminalChat chat(options, *model, tokenizer, out, color);
+  TerminalChat chat(options, *model, tokenizer, isa, plan, out, color);
   if (interactive) out << "deepinfer chat on " << model_dir << "; " << kCommands << "\n";
   std::string line;
   while (true) {

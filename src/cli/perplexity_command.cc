@@ -18,6 +18,9 @@
 #include "backend/cpu_backend.h"
 #include "cli/default_model.h"
 #include "cli/flags.h"
+#include "cli/isa_flag.h"
+#include "cli/model_loading.h"
+#include "cli/weight_layout_flag.h"
 #include "core/error.h"
 #include "core/model_directory.h"
 #include "core/regular_file.h"
@@ -35,6 +38,9 @@ struct PerplexityOptions {
   int64_t context = 512;
   int64_t stride = 0;  // 0: context / 2
   int threads = 0;
+  std::optional<IsaLevel> isa;
+  std::optional<Bf16Dot> kernel_plan;
+  WeightLayout weight_layout = WeightLayout::kAuto;
   int64_t max_running = 8;
 };
 
@@ -50,6 +56,9 @@ const std::vector<Flag<PerplexityOptions>>& PerplexityFlags() {
        [](PerplexityOptions& o, const std::string& v) { o.stride = ParseIntFlag("--stride", v, 1, kMaxTokensFlag); }},
       {"--threads", "N", "worker threads (default: all cores; at most 4 per hardware thread)",
        [](PerplexityOptions& o, const std::string& v) { o.threads = ParseThreadsFlag("--threads", v); }},
+      IsaFlag<PerplexityOptions>(),
+      KernelPlanFlag<PerplexityOptions>(),
+      WeightLayoutFlag<PerplexityOptions>(),
       {"--max-running", "N", "windows evaluated concurrently (default 8)",
        [](PerplexityOptions& o, const std::string& v) { o.max_running = ParseIntFlag("--max-running", v, 1, 1024); }},
   };
@@ -89,6 +98,8 @@ int RunPerplexityCommand(const std::vector<std::string>& args) {
   if (o.stride > o.context - 1) throw MakeError("--stride ", o.stride, " must be below --context ", o.context);
 
   const std::string text = ReadRegularFile(o.file, kMaxTextBytes);  // before the model loads: fail fast
+  const IsaLevel isa = ChooseIsaFlag(o.isa);
+  const Bf16Dot plan = ChooseKernelPlanFlag(o.kernel_plan, isa);
   const std::string model_dir = o.model.empty() ? MaterializeDefaultModel() : o.model;
   ModelOptions model_options;
   model_options.max_context = o.context;
@@ -119,7 +130,8 @@ int RunPerplexityCommand(const std::vector<std::string>& args) {
   EngineOptions engine_options;
   engine_options.prefix_caching = false;
   engine_options.max_running = static_cast<int>(o.max_running);
-  CpuBackend backend(pool, DetectIsa());
+  ApplyWeightLayout(*model, o.weight_layout, isa, plan);  // once the text is known to fit the model
+  CpuBackend backend(pool, isa, plan);
   Engine engine(*model, ComputeContext{backend}, engine_options, &tokenizer);
   const size_t vocab = static_cast<size_t>(config.vocab_size);
   struct Running {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `deepinfer generate` honours --isa. isa_flag.sh DEEPINFER scalar: at scalar it gives the tokens
-# of the default (best) level, the kernels being bit-identical across levels. isa_flag.sh
+# of the default (best) level (the SIMD levels share their bits; the scalar oracle agrees with them
+# to fp32 rounding, which leaves these greedy tokens as they are). isa_flag.sh
 # DEEPINFER above: a level above this CPU's is refused with an error naming the flag; on a CPU at
 # the top level there is none, and the test is skipped (exit 77).
 set -euo pipefail
