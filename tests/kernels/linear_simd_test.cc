@@ -678,6 +678,31 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
   }
 }
 
+// The GEMM path with several activation blocks, whose later blocks read back the panels the first
+// decoded (AVX-512: several runs of panels per thread, each K chunk kept), against the canonical
+// sequence: K = 4160 is 130 groups (a partial last K chunk for both panel kinds), M = 130 rows
+// several blocks ending in a short one, N = 190 rows a partial last panel on each thread's part
+// (and a partial FP8 scale block).
+TEST(LinearSimd, GemmBlocksReadingKeptPanelsComputeTheCanonicalSequence) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(29);
+  constexpr int64_t kN = 190, kK = 4160, kM = 130;
+  for (const auto& [format, dense] : std::vector<std::pair<MatrixFormat, bool>>{
+           {MatrixFormat::kFP8Block32, false}, {MatrixFormat::kFP4Row32, false}, {MatrixFormat::kBF16, true}}) {
+    CaseOperands operands = MakeCaseOperands(format, kN, kK, dense, kM, rng, 5);
+    const std::vector<float> expected = CanonicalLinear(operands.w.w, operands.x.data(), kM, dense, !dense);
+    for (const Target& t : Targets()) {
+      for (int threads : {1, 2}) {
+        const std::vector<float> ours = dense ? RunDense(t, operands.w.w, operands.x.data(), kM, false, threads)
+                                              : RunQuantized(t, operands.w.w, operands.x.data(), kM, threads);
+        ExpectSameBits(
+            ours, expected,
+            t.name + " format " + std::to_string(static_cast<int>(format)) + " threads " + std::to_string(threads));
+      }
+    }
+  }
+}
+
 // Sums whose value depends on the order of their terms: in every weight row the first column of
 // each group holds 0, +-1 or +-2^26 (at scale 2^0 or 2^26), the rest are zero, and the activations
 // are all 1. A row's +-2^26 terms cancel in total, and each +-1 survives only where the running

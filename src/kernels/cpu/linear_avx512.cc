@@ -9,8 +9,9 @@
 //     passes over L2-sized blocks of weight rows). The weights are read from DRAM once per call,
 //     with software prefetch ahead of every tile row.
 //   * larger M, "panel GEMM": per K chunk, 4 weight rows are decoded to fp32 [group][row][even | odd]
-//     in L1 and reused by every activation row of the block through 4x4 register tiles of FMAs
-//     (M % 4 leftover rows: a 1-3 row tile, no padding work).
+//     (or bf16 pairs) in L1 and reused by every activation row of the block through 4x4 register
+//     tiles of FMAs (M % 4 leftover rows: a 1-3 row tile, no padding work); with several activation
+//     blocks the first decodes a run of panels into scratch and the later ones read it back.
 // DenseLinear also takes FP8 weights (wo_a): they decode to exactly their bf16 dequantization.
 // Instruction choice (Bf16Dot, cpu_context.h; the bits are the same either way):
 //   * Intel Xeon (kFp8Gemv): vdpbf16ps does the work of two FMAs but runs at one per ~2 cycles
@@ -980,23 +981,54 @@ template <bool kDp>
 constexpr int64_t kChunkGroups = kDp ? 64 : 32;
 
 // Activation rows per GEMM block: their prepared rows (fp32: 128 bytes a group, bf16 pairs: 64)
-// should stay in L2 (~1 MiB) while all of a thread's panels pass over them. Each block decodes the
-// weights again, so the smaller bf16 rows make the blocks longer.
+// should stay in L2 (~1 MiB) while a run of panels passes over them, half of it: the run's decoded
+// chunks pass through L2 too.
 template <bool kDp>
 int64_t MBlock(int64_t groups) {
   constexpr int64_t kBytesPerGroup = kDp ? 64 : kGroup * 4;
-  return std::clamp<int64_t>((int64_t{1} << 20) / (groups * kBytesPerGroup) / kPanelM * kPanelM, kPanelM, 128);
+  return std::clamp<int64_t>((int64_t{1} << 19) / (groups * kBytesPerGroup) / kPanelM * kPanelM, kPanelM, 128);
 }
 
-// Per-thread scratch of the GEMM path (the streaming tiles need none): a decoded K chunk of the
-// panel (16 KiB), then the parked accumulators [m_block / 4][16] zmm (the longer bf16 block).
+// With more than one activation block, the first block decodes a run of panels into the thread's
+// scratch, chunk after chunk in the order the micro-kernels read them, and the later blocks read
+// that back (from L2 / L3, a chunk prefetched ahead) instead of decoding each chunk once per block:
+// M = 512 has 4-16 blocks. Its activation blocks are read once per run. Measured (linear_bench,
+// Zen 4, 2 threads, M = 512, 2-4 rounds against decoding per block with 1 MiB blocks, ms): FP8
+// wo_b 5120x8192 125-136 -> 109-113, BF16 8192x5120 124-125 -> 111-121, FP4 expert 2304x5120
+// (copy) 32.3-35.0 -> 30.9-33.0, FP8 wo_a 1024x4096 11.7-13.1 -> 11.0-11.4, FP8 wq_b (K = 1280,
+// a cheap decode per block) unchanged; the slice's 512-token prefill 6.17-6.35 -> 6.06-6.11 s.
+// Runs of 256 KiB - 2 MiB and 1 MiB activation blocks did as well or up to 5% worse.
+constexpr int64_t kPanelRunBytes = int64_t{1} << 20;
+
+// One K chunk of one panel, decoded (fp32 [even | odd] or bf16 pairs): 16 KiB either way.
+constexpr int64_t kChunkFloats = kChunkGroups<false> * kPanelN * kGroup;
+static_assert(kChunkGroups<true> * kPanelN * 16 == kChunkFloats);
+
+// Panels per run (1 when there is one M block: its chunks are decoded into one reused slot).
+template <bool kDp>
+int64_t RunPanels(int64_t groups, int64_t m) {
+  const int64_t m_pad = (m + kPanelM - 1) / kPanelM * kPanelM;
+  if (m_pad <= MBlock<kDp>(groups)) return 1;
+  const int64_t chunks = (groups + kChunkGroups<kDp> - 1) / kChunkGroups<kDp>;
+  return std::max<int64_t>(1, kPanelRunBytes / (chunks * kChunkFloats * int64_t{sizeof(float)}));
+}
+
+// Per-thread scratch of the GEMM path (the streaming tiles need none): the parked accumulators
+// [m_block / 4][16] zmm, then the decoded chunks (one, or a panel run's).
 struct Scratch {
-  static constexpr int64_t kPanelFloats = kChunkGroups<false> * kPanelN * kGroup;
-  static_assert(kChunkGroups<true> * kPanelN * 16 <= kPanelFloats);
+  template <bool kDp>
+  static size_t BytesFor(int64_t groups, int64_t m) {
+    const int64_t panels = RunPanels<kDp>(groups, m);
+    const int64_t chunks = panels == 1 ? 1 : (groups + kChunkGroups<kDp> - 1) / kChunkGroups<kDp>;
+    return AccBytes(groups) + sizeof(float) * static_cast<size_t>(panels * chunks * kChunkFloats);
+  }
+  static size_t AccBytes(int64_t groups) {
+    const int64_t m_block = std::max(MBlock<true>(groups), MBlock<false>(groups));
+    return sizeof(__m512) * static_cast<size_t>(m_block / kPanelM * 16);
+  }
   static size_t Bytes(MatrixFormat f, int64_t groups, int64_t m) {
     if (m <= StreamMaxRows(f)) return 0;
-    const int64_t m_block = std::max(MBlock<true>(groups), MBlock<false>(groups));
-    return sizeof(float) * kPanelFloats + sizeof(__m512) * static_cast<size_t>(m_block / kPanelM * 16);
+    return std::max(BytesFor<true>(groups, m), BytesFor<false>(groups, m));
   }
 };
 
@@ -1133,17 +1165,60 @@ struct RowGroups {
   int quad_row = -1;  // FP4 copy: the row's place in its quad
 };
 
-// Weight rows [n_begin, n_end), m > StreamMaxRows. Per block of activation rows (their canonical rows stay in
-// L2, ~1 MiB) and per 4-row panel, K chunk by K chunk: decode the chunk of the 4 weight rows to fp32
-// [group][row][even | odd] (16 KiB, stays in L1) - or, with kDp, to bf16 pairs [group][row][16]
-// (8 KiB) - then let every 4-row activation tile of the block run 4x4 register tiles of FMAs
-// (vdpbf16ps) on it, its accumulators parked in `acc` between chunks.
+// Decodes groups [g0, g0 + gc) of the panel's weight rows n0 .. n0 + 3 into `panel` ([group][row]
+// of kRowGroup T); rows at or past n_end stay zero.
+template <MatrixFormat F, bool kDp, class T>
+void DecodeChunk(const WeightMatrix& w, const FmaDecoder<F>& dec, int64_t n0, int64_t n_end, int64_t g0, int64_t gc,
+                 T* panel) {
+  constexpr int64_t kRowGroup = kDp ? 16 : kGroup;
+  const int64_t row_bytes = MatrixRowBytes(F, w.cols);
+  for (int i = 0; i < kPanelN; ++i) {
+    const bool real = n0 + i < n_end;
+    const RowGroups<F> rg(w, real ? n0 + i : n0, row_bytes);
+    for (int64_t g = g0; g < g0 + gc; ++g) {
+      T* p = panel + ((g - g0) * kPanelN + i) * kRowGroup;
+      if constexpr (kDp) {
+        _mm512_store_si512(p, real ? rg.Pairs(g) : _mm512_setzero_si512());
+      } else {
+        __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
+        if (real) rg.Load(dec, g, even, odd);
+        _mm512_store_ps(p, even);
+        _mm512_store_ps(p + 16, odd);
+      }
+    }
+  }
+}
+
+// The weight bytes of the panel after the one at n0 (in place its rows are contiguous;
+// interleaved, each panel of a tile takes a quarter of the next tile): the lines to prefetch while
+// decoding this one.
+template <MatrixFormat F>
+std::pair<const char*, int64_t> NextPanelLines(const WeightMatrix& w, int64_t groups, int64_t n0, int64_t n_end) {
+  if (F == MatrixFormat::kFP4Row32 && w.interleaved) {
+    const int64_t tile_bytes = groups * InterleavedTiles::BlockBytes(F);
+    const int64_t next_tile = n0 / InterleavedTiles::kRows + 1, quarter = (tile_bytes + 3) / 4;
+    const bool last = next_tile * InterleavedTiles::kRows >= n_end;
+    return {reinterpret_cast<const char*>(w.interleaved.data + next_tile * tile_bytes +
+                                          n0 % InterleavedTiles::kRows / kPanelN * quarter),
+            last ? 0 : (quarter + 63) / 64};
+  }
+  const int64_t row_bytes = MatrixRowBytes(F, w.cols);
+  return {reinterpret_cast<const char*>(w.data + std::min(n0 + kPanelN, n_end) * row_bytes),
+          (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64};
+}
+
+// Weight rows [n_begin, n_end), m > StreamMaxRows. Per run of panels (RunPanels), per block of
+// activation rows (MBlock: their canonical rows stay in L2) and per 4-row panel, K chunk by K
+// chunk: the first block decodes the chunk of the 4 weight rows to fp32 [group][row][even | odd]
+// - or, with kDp, to bf16 pairs [group][row][16] - (16 KiB, in L1 for its micro-kernels), the
+// later blocks read it back from the run's buffer; every 4-row activation tile of the block runs
+// 4x4 register tiles of FMAs (vdpbf16ps) on it, its accumulators parked in `acc` between chunks.
+// The operations per output element are the same whichever block decoded the chunk.
 template <MatrixFormat F, bool kDp>
-void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_floats, __m512* acc) {
+void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, unsigned char* scratch) {
   using T = std::conditional_t<kDp, uint32_t, float>;
   constexpr int64_t kRowGroup = kDp ? 16 : kGroup;  // T elements per row and group
   constexpr int64_t kChunk = kChunkGroups<kDp>;
-  T* panel = reinterpret_cast<T*>(panel_floats);
   const T* xs;
   if constexpr (kDp) {
     xs = job.xb;
@@ -1152,59 +1227,48 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, float* panel_flo
   }
   const WeightMatrix& w = *job.w;
   const int64_t groups = job.groups, xstride = job.xstride;
-  const int64_t row_bytes = MatrixRowBytes(F, w.cols);
   const FmaDecoder<F> dec{w.cols};
   const int64_t m_pad = (job.m + kPanelM - 1) / kPanelM * kPanelM;
   const int64_t m_block = MBlock<kDp>(groups);
-  for (int64_t m0 = 0; m0 < m_pad; m0 += m_block) {
-    const int64_t m1 = std::min(m_pad, m0 + m_block);
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kPanelN) {
-      const int nr = static_cast<int>(std::min<int64_t>(kPanelN, n_end - n0));
-      for (int64_t i = 0; i < (m1 - m0) / kPanelM * 16; ++i) acc[i] = _mm512_setzero_ps();
-      // In place, the next panel's rows are contiguous; interleaved, each panel of a tile takes a
-      // quarter of the next tile. Their lines are spread over this panel's Micro calls.
-      const char* next;
-      int64_t next_lines;
-      if (F == MatrixFormat::kFP4Row32 && w.interleaved) {
-        const int64_t tile_bytes = groups * InterleavedTiles::BlockBytes(F);
-        const int64_t next_tile = n0 / InterleavedTiles::kRows + 1, quarter = (tile_bytes + 3) / 4;
-        const bool last = next_tile * InterleavedTiles::kRows >= n_end;
-        next = reinterpret_cast<const char*>(w.interleaved.data + next_tile * tile_bytes +
-                                             n0 % InterleavedTiles::kRows / kPanelN * quarter);
-        next_lines = last ? 0 : (quarter + 63) / 64;
-      } else {
-        next = reinterpret_cast<const char*>(w.data + std::min(n0 + kPanelN, n_end) * row_bytes);
-        next_lines = (std::min<int64_t>(kPanelN, std::max<int64_t>(0, n_end - n0 - kPanelN)) * row_bytes + 63) / 64;
-      }
-      const int64_t calls = (groups + kChunk - 1) / kChunk * ((m1 - m0) / kPanelM);
-      const int64_t per_call = (next_lines + calls - 1) / calls;
-      int64_t call = 0;
-      for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
-        const int64_t gc = std::min(kChunk, groups - g0);
-        for (int i = 0; i < kPanelN; ++i) {
-          const RowGroups<F> rg(w, n0 + i, row_bytes);
-          for (int64_t g = g0; g < g0 + gc; ++g) {
-            T* p = panel + ((g - g0) * kPanelN + i) * kRowGroup;
-            if constexpr (kDp) {
-              const __m512i words = i < nr ? rg.Pairs(g) : _mm512_setzero_si512();
-              _mm512_store_si512(p, words);
-            } else {
-              __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();  // rows past the end stay zero
-              if (i < nr) rg.Load(dec, g, even, odd);
-              _mm512_store_ps(p, even);
-              _mm512_store_ps(p + 16, odd);
-            }
+  const int64_t chunks = (groups + kChunk - 1) / kChunk;
+  const int64_t run_panels = RunPanels<kDp>(groups, job.m);
+  const bool keep = run_panels > 1;  // later M blocks read the run's decoded chunks
+  __m512* acc = reinterpret_cast<__m512*>(scratch);
+  T* const decoded = reinterpret_cast<T*>(scratch + Scratch::AccBytes(groups));
+  for (int64_t run0 = n_begin; run0 < n_end; run0 += run_panels * kPanelN) {
+    const int64_t run1 = std::min(n_end, run0 + run_panels * kPanelN);
+    for (int64_t m0 = 0; m0 < m_pad; m0 += m_block) {
+      const int64_t m1 = std::min(m_pad, m0 + m_block), tiles = (m1 - m0) / kPanelM;
+      const bool decode = m0 == 0 || !keep;
+      for (int64_t n0 = run0; n0 < run1; n0 += kPanelN) {
+        for (int64_t i = 0; i < tiles * 16; ++i) acc[i] = _mm512_setzero_ps();
+        // The Micro calls prefetch, their lines spread over the calls: while decoding, the next
+        // panel's weights (over the whole panel); reading the run back, the next decoded chunk.
+        auto [next, next_lines] = decode ? NextPanelLines<F>(w, groups, n0, n_end) : std::pair<const char*, int64_t>{};
+        const int64_t calls = decode ? chunks * tiles : tiles;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const int64_t g0 = c * kChunk, gc = std::min(kChunk, groups - g0);
+          T* const panel = keep ? decoded + ((n0 - run0) / kPanelN * chunks + c) * kChunkFloats : decoded;
+          if (decode) {
+            DecodeChunk<F, kDp>(w, dec, n0, n_end, g0, gc, panel);
+          } else {
+            const bool last = n0 + kPanelN >= run1 && c + 1 == chunks;  // the run's last chunk
+            next = reinterpret_cast<const char*>(panel + kChunkFloats);
+            next_lines = last ? 0 : kChunkFloats * static_cast<int64_t>(sizeof(T)) / 64;
+          }
+          const int64_t per_call = (next_lines + calls - 1) / calls;
+          for (int64_t t = 0; t < tiles; ++t) {
+            const int64_t r0 = m0 + t * kPanelM, call = decode ? c * tiles + t : t;
+            const int64_t first_line = std::min(call * per_call, next_lines);
+            Micro<T>(std::min(kPanelM, job.m - r0), panel, xs + r0 * xstride + g0 * kRowGroup, xstride, gc,
+                     acc + t * 16, next + first_line * 64, std::min(per_call, next_lines - first_line));
           }
         }
-        for (int64_t r0 = m0; r0 < m1; r0 += kPanelM, ++call) {
-          const int64_t first_line = std::min(call * per_call, next_lines);
-          Micro<T>(std::min(kPanelM, job.m - r0), panel, xs + r0 * xstride + g0 * kRowGroup, xstride, gc,
-                   acc + (r0 - m0) / kPanelM * 16, next + first_line * 64, std::min(per_call, next_lines - first_line));
+        const int nr = static_cast<int>(std::min<int64_t>(kPanelN, n_end - n0));
+        for (int64_t r = m0; r < std::min(m1, job.m); ++r) {
+          const __m512* a = acc + (r - m0) / kPanelM * 16 + (r - m0) % kPanelM * 4;
+          for (int i = 0; i < nr; ++i) job.y[r * w.rows + n0 + i] = Finish(ReduceLanes(a[i]), job.round_to_bf16);
         }
-      }
-      for (int64_t r = m0; r < std::min(m1, job.m); ++r) {
-        const __m512* a = acc + (r - m0) / kPanelM * 16 + (r - m0) % kPanelM * 4;
-        for (int i = 0; i < nr; ++i) job.y[r * w.rows + n0 + i] = Finish(ReduceLanes(a[i]), job.round_to_bf16);
       }
     }
   }
@@ -1278,12 +1342,10 @@ struct StreamFn {
 template <MatrixFormat F>
 struct PanelFn {
   static void Call(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
-    float* panel = reinterpret_cast<float*>(scratch);
-    __m512* acc = reinterpret_cast<__m512*>(panel + Scratch::kPanelFloats);
     if constexpr (kPairs<F>) {
-      if (job.xb != nullptr) return PanelRowsT<F, true>(job, b, e, panel, acc);
+      if (job.xb != nullptr) return PanelRowsT<F, true>(job, b, e, scratch);
     }
-    PanelRowsT<F, false>(job, b, e, panel, acc);
+    PanelRowsT<F, false>(job, b, e, scratch);
   }
 };
 template <MatrixFormat F>
