@@ -993,11 +993,11 @@ int64_t MBlock(int64_t groups) {
 // scratch, chunk after chunk in the order the micro-kernels read them, and the later blocks read
 // that back (from L2 / L3, a chunk prefetched ahead) instead of decoding each chunk once per block:
 // M = 512 has 4-16 blocks. Its activation blocks are read once per run. Measured (linear_bench,
-// Zen 4, 2 threads, M = 512, 2-4 rounds against decoding per block with 1 MiB blocks, ms): FP8
-// wo_b 5120x8192 125-136 -> 109-113, BF16 8192x5120 124-125 -> 111-121, FP4 expert 2304x5120
-// (copy) 32.3-35.0 -> 30.9-33.0, FP8 wo_a 1024x4096 11.7-13.1 -> 11.0-11.4, FP8 wq_b (K = 1280,
-// a cheap decode per block) unchanged; the slice's 512-token prefill 6.17-6.35 -> 6.06-6.11 s.
-// Runs of 256 KiB - 2 MiB and 1 MiB activation blocks did as well or up to 5% worse.
+// Zen 4, 2 threads, M = 512, three rounds against decoding per block with 1 MiB blocks, ms): FP8
+// wo_b 5120x8192 122-126 -> 112-115, BF16 8192x5120 121-123 -> 110-111, FP4 expert 2304x5120
+// (copy) 33.7-34.3 -> 31.6-33.0; FP4 5120x2304, FP8 wq_b (K = 1280) and wo_a (K = 4096) within
+// noise; the slice's 512-token prefill 6.17-6.35 -> 6.06-6.11 s. Runs of 256 KiB - 2 MiB and
+// 1 MiB activation blocks did as well or up to 5% worse.
 constexpr int64_t kPanelRunBytes = int64_t{1} << 20;
 
 // One K chunk of one panel, decoded (fp32 [even | odd] or bf16 pairs): 16 KiB either way.
