@@ -626,6 +626,19 @@ std::vector<float> CanonicalLinear(const WeightMatrix& w, const float* x, int64_
   return y;
 }
 
+// Every target at 1 and 2 threads gives `expected` bit for bit (QuantizedLinear, or DenseLinear
+// unrounded where `dense`); `what` names the case in failures.
+void ExpectEveryTargetGives(const WeightMatrix& w, const std::vector<float>& x, int64_t m, bool dense,
+                            const std::vector<float>& expected, const std::string& what) {
+  for (const Target& t : Targets()) {
+    for (int threads : {1, 2}) {
+      const std::vector<float> ours =
+          dense ? RunDense(t, w, x.data(), m, false, threads) : RunQuantized(t, w, x.data(), m, threads);
+      ExpectSameBits(ours, expected, t.name + " " + what + " threads " + std::to_string(threads));
+    }
+  }
+}
+
 // Every target, every loop structure (M = 1..6 streaming tiles, the GEMM panels beyond), 1 and 2
 // threads: the bits of the emulated canonical sequence. Wide weight scales make most sums
 // inexact, so any change of order, pairing or reduction would show.
@@ -664,16 +677,9 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
     }
     // 9 and 14: the AVX2 chunked panels with a partial last quad; 37: its whole-K panels.
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 37}) {
-      const std::vector<float> expected = CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense);
-      for (const Target& t : Targets()) {
-        for (int threads : {1, 2}) {
-          const std::vector<float> ours =
-              c.dense ? RunDense(t, w.w, x.data(), m, false, threads) : RunQuantized(t, w.w, x.data(), m, threads);
-          ExpectSameBits(ours, expected,
-                         t.name + " format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
-                             " M=" + std::to_string(m) + " threads " + std::to_string(threads));
-        }
-      }
+      ExpectEveryTargetGives(w.w, x, m, c.dense, CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense),
+                             "format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
+                                 " M=" + std::to_string(m));
     }
   }
 }
@@ -690,16 +696,9 @@ TEST(LinearSimd, GemmBlocksReadingKeptPanelsComputeTheCanonicalSequence) {
   for (const auto& [format, dense] : std::vector<std::pair<MatrixFormat, bool>>{
            {MatrixFormat::kFP8Block32, false}, {MatrixFormat::kFP4Row32, false}, {MatrixFormat::kBF16, true}}) {
     CaseOperands operands = MakeCaseOperands(format, kN, kK, dense, kM, rng, 5);
-    const std::vector<float> expected = CanonicalLinear(operands.w.w, operands.x.data(), kM, dense, !dense);
-    for (const Target& t : Targets()) {
-      for (int threads : {1, 2}) {
-        const std::vector<float> ours = dense ? RunDense(t, operands.w.w, operands.x.data(), kM, false, threads)
-                                              : RunQuantized(t, operands.w.w, operands.x.data(), kM, threads);
-        ExpectSameBits(
-            ours, expected,
-            t.name + " format " + std::to_string(static_cast<int>(format)) + " threads " + std::to_string(threads));
-      }
-    }
+    ExpectEveryTargetGives(operands.w.w, operands.x, kM, dense,
+                           CanonicalLinear(operands.w.w, operands.x.data(), kM, dense, !dense),
+                           "format " + std::to_string(static_cast<int>(format)));
   }
 }
 
@@ -759,15 +758,8 @@ TEST(LinearSimd, CancellingSumsPinTheGroupOrder) {
       const int64_t nonzero = std::count_if(expected.begin(), expected.end(), [](float v) { return v != 0; });
       ASSERT_GT(nonzero, static_cast<int64_t>(expected.size()) / 5);
       for (const float v : expected) ASSERT_LT(std::fabs(v), 1024.0f);
-      for (const Target& target : Targets()) {
-        for (int threads : {1, 2}) {
-          const std::vector<float> ours = dense ? RunDense(target, t.w, x.data(), m, false, threads)
-                                                : RunQuantized(target, t.w, x.data(), m, threads);
-          ExpectSameBits(ours, expected,
-                         target.name + " format " + std::to_string(static_cast<int>(format)) +
-                             " M=" + std::to_string(m) + " threads " + std::to_string(threads));
-        }
-      }
+      ExpectEveryTargetGives(t.w, x, m, dense, expected,
+                             "format " + std::to_string(static_cast<int>(format)) + " M=" + std::to_string(m));
     }
   }
 }
