@@ -11,7 +11,9 @@ written only before the loop is a loop-invariant operand (a constant the registe
 parked in L1): it costs a load but no store/reload chain, so it is not counted.
 
 REQUIRED families must have none: they are register-resident today at -O2 and -O3 (GCC 12), and a
-change that makes them spill fails here. The GEMM micro-kernels, called once per K chunk and
+change that makes them spill fails here. Nor may they copy a vector register through the stack
+anywhere (vector_copies_through_stack): the multi-row tiles park their accumulators between K
+chunks by design, but not twice over. The GEMM micro-kernels, called once per K chunk and
 activation tile, must not touch the stack with a vector register anywhere: GCC once kept a stack
 copy of the whole tile beside the registers on entry and exit, outside any loop, which cost the
 M = 512 GEMMs 7-11%. A loop that loads a vector from an address it also stores (an accumulator
@@ -132,6 +134,31 @@ def stack_vector_ops_in_innermost_loops(body):
     return spills
 
 
+VECTOR_MOVE = re.compile(r"^vmov(aps|ups|apd|upd|dqa(32|64)?|dqu(8|16|32|64)?)$")
+VECTOR_REGISTER = re.compile(r"%[xyz]mm\d+")
+
+
+def vector_copies_through_stack(body):
+    """Vector registers loaded from a stack slot and stored, untouched, to memory: a whole tile
+    copied through the stack (GCC, short of registers where the tile left its loop, once parked
+    every accumulator in a stack copy and then copied that to its place at every K chunk's end:
+    BF16 M = 6 ran 30% slower). A slot that is loaded into arithmetic is not counted."""
+    copies, pending = [], {}
+    for _, op, args in body:
+        operands = args.split(",")
+        if VECTOR_MOVE.match(op) and len(operands) >= 2:
+            source, destination = ",".join(operands[:-1]), operands[-1]
+            if VECTOR_REGISTER.fullmatch(source.strip()) and MEMORY.search(destination) and source.strip() in pending:
+                copies.append(f"{op} {pending.pop(source.strip())} -> {destination}")
+                continue
+            if STACK_SLOT.search(source) and VECTOR_REGISTER.fullmatch(destination.strip()):
+                pending[destination.strip()] = source
+                continue
+        for register in VECTOR_REGISTER.findall(args):
+            pending.pop(register, None)
+    return copies
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -143,6 +170,7 @@ def main():
         if not KERNEL.match(name):
             continue
         ops = stack_vector_ops_in_innermost_loops(body)
+        copies = vector_copies_through_stack(body)
         families = [f for f, pattern in REQUIRED.items() if pattern.match(name)]
         for family in families:
             found[family] += 1
@@ -150,6 +178,9 @@ def main():
         if any(f in WHOLE_FUNCTION for f in families) and anywhere:
             failures.append(f"{member}: {name} ({families[0]}): {len(anywhere)} vector stack ops, e.g. "
                             f"{anywhere[0][0]} {anywhere[0][1]}")
+        elif families and copies:
+            failures.append(f"{member}: {name} ({families[0]}): {len(copies)} vector copies through the stack, "
+                            f"e.g. {copies[0]}")
         elif families and ops:
             failures.append(f"{member}: {name} ({families[0]}): {len(ops)} spilled vector ops in its innermost loops, "
                             f"e.g. {ops[0][0]} {ops[0][1]}")
