@@ -671,7 +671,7 @@ using ChunkPark = __m512[InterleavedTiles::kRows / SubTileRows(F, MR, kFrom)][MR
 // Groups [g0, g1) of one tile for MR activation rows: FP8 / FP4, or BF16 proven exact, on
 // vdpbf16ps (x: MR rows of bf16 pairs), or BF16 on FMAs (x: MR canonical fp32 rows); xstride: the
 // rows' distance in elements. The accumulators start at zero where g0 = 0, else from `park`; they
-// end in `out` where g1 = groups, else in `park`. `kept`: (g1 - g0) x 16 bf16-pair rows.
+// end in `park`, and where g1 = groups reduced into `out`. `kept`: (g1 - g0) x 16 bf16-pair rows.
 template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
 [[gnu::always_inline]] inline void InterleavedChunk(const uint8_t* tile, const uint8_t* fp8_scales,
                                                     const std::conditional_t<kDp, uint32_t, float>* x, int64_t xstride,
