@@ -42,6 +42,13 @@ struct NfaState {
                   "$defs and $ref it, which compiles it once)");
 }
 
+[[noreturn]] void TooSlow() {
+  throw MakeError("the grammar is too large to compile (its subset construction took more than ",
+                  GrammarBuilder::kMaxSubsetSteps,
+                  " steps); a regex whose wildcards, classes or repetitions overlap (such as "
+                  ".{0,50}x.{0,50}) has an automaton exponential in its length");
+}
+
 // A DFA over byte classes and call letters, as subset construction produces it.
 struct ClassDfa {
   std::array<uint8_t, 256> classes{};
@@ -197,9 +204,12 @@ struct NfaBuilder {
 
     std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> ids;
     std::vector<std::vector<int32_t>> subsets;
+    size_t steps = 0;
     const auto intern = [&](std::vector<int32_t> set) -> int32_t {
       if (set.empty()) return -1;
       closure(set);
+      steps += set.size();
+      if (steps > GrammarBuilder::kMaxSubsetSteps) TooSlow();
       auto [it, inserted] = ids.emplace(set, static_cast<int32_t>(subsets.size()));
       if (inserted) {
         if (subsets.size() >= GrammarBuilder::kMaxStates) TooLarge();
