@@ -103,7 +103,7 @@ class GrammarBuilder {
   // The most automaton states a grammar may have (and NFA states while compiling).
   static constexpr size_t kMaxStates = 400000;
   // The most NFA states one rule's subset construction may visit (every target set it looks up,
-  // counted by size): the bound on a grammar's compile time, 40-140 ns a step (0.1-0.3 s here, on the
+  // counted by size): the bound on a grammar's compile time, 40-140 ns a step (up to ~0.35 s here, on the
   // request's thread). Overlapping wildcards explode a regex's automaton well before kMaxStates:
   // a fuzzed 207-character regex reached 380k states in 34M steps (1.5 s, 25 s under ASan).
   static constexpr size_t kMaxSubsetSteps = 2000000;
