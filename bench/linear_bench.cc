@@ -592,6 +592,7 @@ BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_interleaved, MatrixFormat::kB
     ->Args({4, 2})
     ->Args({5, 2})
     ->Args({6, 2})
+    ->Args({7, 2})
     ->Args({8, 2})
     ->Args({12, 2})
     ->Args({16, 2})

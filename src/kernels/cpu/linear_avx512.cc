@@ -617,10 +617,11 @@ constexpr int64_t kInterleavedChunkGroups = 8192 / InterleavedTiles::BlockBytes(
 constexpr int64_t kInterleavedFarPrefetch = 16384;
 
 // Rows per sub-tile: as many as keep MR x NR accumulators, the MR activation registers and the
-// decode's (FP8: 4 table registers and ~4 temporaries) in the 32 zmm registers; even, for the FP8
-// row pairs.
+// decode's (FP8: 4 table registers and ~4 temporaries) in the 32 zmm registers, or at FP8 M = 5-6
+// the accumulators, the decoded rows and one activation row (rows first, in InterleavedChunk);
+// even, for the FP8 row pairs.
 constexpr int InterleavedSubTileRows(MatrixFormat f, int mr) {
-  return mr == 2 ? 8 : mr <= 4 || (f == MatrixFormat::kBF16 && mr <= 6) ? 4 : 2;
+  return mr == 2 ? 8 : mr <= 4 || (f != MatrixFormat::kFP4Row32 && mr <= 6) ? 4 : 2;
 }
 
 // Whether MR > 1 activation rows read the interleaved copy (else the in-place tiles), from
@@ -720,6 +721,31 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
 #pragma GCC unroll 4
         for (int q = 0; q < NR / 4; ++q) quad[q] = LoadFp4Quad(block + kRows, s * NR / 4 + q);
       }
+      // Rows first, then each activation row once: FP8 at 5-6 activation rows (one pass), whose
+      // MR x 4 accumulators leave no registers for the activation rows (GCC reloaded them for every
+      // row: 24 loads a group), and BF16 at M = 7 (one pass of 2-row sub-tiles). One thread, hot,
+      // FP8 1024x4096 M = 5 / 6: 315 / 358 -> 263 / 301 us; BF16 2048x5120 M = 7: 1214-1255 ->
+      // 928-960 us. Not at BF16 M = 5, 6 or 8 (5-7% slower), nor in BF16's later passes (at -O2 the
+      // 7-row pass of M = 15 spilled), nor FP8 M = 7-8 in 2-row sub-tiles (10% slower than 4 rows
+      // and a second pass).
+      if constexpr (kDp && ((F == MatrixFormat::kFP8Block32 && kFrom == ChunkRows::kCodes && MR > 4) ||
+                            (F == MatrixFormat::kBF16 && kFrom == ChunkRows::kCodes && MR == 7))) {
+        __m512i rows[NR];
+        if constexpr (F == MatrixFormat::kFP8Block32) {
+#pragma GCC unroll 16
+          for (int n = 0; n < NR; n += 2) DecodeE4M3Pair(block + (s * NR + n) * kCodes, table, rows[n], rows[n + 1]);
+        } else {
+#pragma GCC unroll 16
+          for (int n = 0; n < NR; ++n) rows[n] = _mm512_loadu_si512(block + (s * NR + n) * kCodes);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          const __m512bh xr = (__m512bh)_mm512_load_si512(x + r * xstride + g * kRowGroup);
+#pragma GCC unroll 16
+          for (int n = 0; n < NR; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], xr, (__m512bh)rows[n]);
+        }
+        continue;
+      }
 #pragma GCC unroll 16
       for (int n = 0; n < NR; ++n) {
         const int row = s * NR + n;
@@ -761,13 +787,13 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
 }
 
 // Activation rows of a tile's first pass: all of them, or as many as MR x NR accumulators and the
-// decode's registers allow (FP8 beyond 4 rows; FP4 at 6-8, whose 2-row sub-tiles would shift by a
+// decode's registers allow (FP8 beyond 6 rows; FP4 at 6-8, whose 2-row sub-tiles would shift by a
 // count known only at run time; BF16 beyond 8, whose 2-row sub-tiles beat 6-7-row passes:
 // 16384x5120 M = 12 / 14 6.25 / 8.3 against 8.3 / 9.4 ms); the rest follow in more passes of as
 // many rows, which read each chunk as LaterPasses says.
 constexpr int FirstPassRows(MatrixFormat f, int mr, bool dp) {
   if (dp && f == MatrixFormat::kBF16 && mr > 8) return 8;
-  const bool split = dp && mr > 4 && (f == MatrixFormat::kFP8Block32 || (f == MatrixFormat::kFP4Row32 && mr > 5));
+  const bool split = dp && ((f == MatrixFormat::kFP8Block32 && mr > 6) || (f == MatrixFormat::kFP4Row32 && mr > 5));
   return split ? 4 : mr;
 }
 // FP8 decodes a row pair with 5 shuffles, about 1.8 vdpbf16ps issue slots a row, and storing a
