@@ -726,7 +726,7 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
       // row: 24 loads a group), and BF16 at M = 7 (one pass of 2-row sub-tiles). One thread, hot,
       // FP8 1024x4096 M = 5 / 6: 315 / 358 -> 263 / 301 us; BF16 2048x5120 M = 7: 1214-1255 ->
       // 928-960 us. Not at BF16 M = 5, 6 or 8 (5-7% slower), nor in BF16's later passes (at -O2 the
-      // 7-row pass of M = 15 spilled), nor FP8 M = 7-8 in 2-row sub-tiles (10% slower than 4 rows
+      // 7-row pass of M = 15 spilled), nor FP8 M = 7-8 in 2-row sub-tiles (11-13% slower than 4 rows
       // and a second pass).
       if constexpr (kDp && ((F == MatrixFormat::kFP8Block32 && kFrom == ChunkRows::kCodes && MR > 4) ||
                             (F == MatrixFormat::kBF16 && kFrom == ChunkRows::kCodes && MR == 7))) {
