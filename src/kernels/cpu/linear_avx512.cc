@@ -690,6 +690,15 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
   // first pass only).
   constexpr bool kFirstPass = kFrom == ChunkRows::kCodes || kFrom == ChunkRows::kCodesKept;
   constexpr int kPrefetches = kFirstPass ? static_cast<int>((kBlock + 64 * kSubTiles - 1) / (64 * kSubTiles)) : 0;
+  // Rows first, then each activation row once: FP8 at 5-6 activation rows (one pass), whose
+  // MR x 4 accumulators leave no registers for the activation rows (GCC reloaded them for every
+  // row: 24 loads a group), and BF16 at M = 7 (one pass of 2-row sub-tiles). One thread, hot,
+  // FP8 1024x4096 M = 5 / 6: 315 / 358 -> 263 / 301 us; BF16 2048x5120 M = 7: 1214-1255 ->
+  // 928-960 us. Not at BF16 M = 5, 6 or 8 (5-7% slower), nor in BF16's later passes (at -O2 the
+  // 7-row pass of M = 15 spilled), nor FP8 M = 7-8 in 2-row sub-tiles (11-13% slower than 4 rows
+  // and a second pass).
+  constexpr bool kRowsFirst = kDp && ((F == MatrixFormat::kFP8Block32 && kFrom == ChunkRows::kCodes && MR > 4) ||
+                                      (F == MatrixFormat::kBF16 && kFrom == ChunkRows::kCodes && MR == 7));
   const char* next = reinterpret_cast<const char*>(tile + g1 * kBlock);
   for (int s = 0; s < kSubTiles; ++s) {
     __m512 acc[MR][NR];
@@ -705,10 +714,10 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
         _mm_prefetch(next + kInterleavedFarPrefetch + 64 * i, _MM_HINT_T1);
       }
       next += 64 * kPrefetches;
-      // vdpbf16ps: xe holds the pairs; FMAs: the even and odd members.
+      // vdpbf16ps: xe holds the pairs; FMAs: the even and odd members (rows first loads its own).
       __m512 xe[MR], xo[MR];
 #pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
+      for (int r = 0; r < MR && !kRowsFirst; ++r) {
         xe[r] = _mm512_load_ps(reinterpret_cast<const float*>(x + r * xstride + g * kRowGroup));
         if constexpr (!kDp) xo[r] = _mm512_load_ps(x + r * xstride + g * kGroup + 16);
       }
@@ -721,15 +730,7 @@ template <MatrixFormat F, int MR, bool kDp, ChunkRows kFrom>
 #pragma GCC unroll 4
         for (int q = 0; q < NR / 4; ++q) quad[q] = LoadFp4Quad(block + kRows, s * NR / 4 + q);
       }
-      // Rows first, then each activation row once: FP8 at 5-6 activation rows (one pass), whose
-      // MR x 4 accumulators leave no registers for the activation rows (GCC reloaded them for every
-      // row: 24 loads a group), and BF16 at M = 7 (one pass of 2-row sub-tiles). One thread, hot,
-      // FP8 1024x4096 M = 5 / 6: 315 / 358 -> 263 / 301 us; BF16 2048x5120 M = 7: 1214-1255 ->
-      // 928-960 us. Not at BF16 M = 5, 6 or 8 (5-7% slower), nor in BF16's later passes (at -O2 the
-      // 7-row pass of M = 15 spilled), nor FP8 M = 7-8 in 2-row sub-tiles (11-13% slower than 4 rows
-      // and a second pass).
-      if constexpr (kDp && ((F == MatrixFormat::kFP8Block32 && kFrom == ChunkRows::kCodes && MR > 4) ||
-                            (F == MatrixFormat::kBF16 && kFrom == ChunkRows::kCodes && MR == 7))) {
+      if constexpr (kRowsFirst) {
         __m512i rows[NR];
         if constexpr (F == MatrixFormat::kFP8Block32) {
 #pragma GCC unroll 16
