@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string_view>
 
@@ -82,6 +83,14 @@ struct IndexerRow {
   int32_t* topk_count = nullptr;
 };
 
+// What a backend learns of a step before it runs (Backend::BeginStep): steps of the same shape
+// are expected to cost about the same.
+enum class StepKind { kForward, kDraft };  // Model::ForwardInto, Model::Draft
+struct StepShape {
+  StepKind kind = StepKind::kForward;
+  int64_t rows = 0;  // token rows the step runs
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -90,6 +99,14 @@ class Backend {
   // Memory the backend keeps between forwards (its workspace and its kernels' scratch): bounded
   // by the largest step it has run.
   virtual uint64_t held_bytes() const = 0;
+
+  // ---- steps --------------------------------------------------------------------------------
+  // The model brackets each forward with these (StepScope below). A backend may choose how to
+  // run a step from how earlier steps of its shape ran: the CPU backend runs it on all its
+  // threads or on one, whichever is faster now (core/step_parallelism.h). Results must not
+  // depend on the choice. `completed`: false when the step threw.
+  virtual void BeginStep(StepShape shape) { (void)shape; }
+  virtual void EndStep(bool completed) { (void)completed; }
 
   // ---- linear -------------------------------------------------------------------------------
   // y [m, w.rows] = x [m, w.cols] W^T under `numerics`.
@@ -183,6 +200,21 @@ class Backend {
   // each copy's key then the shared value, and the gate is the sign-sqrt sigmoid of the
   // normalized h . (w * key) (spec 3.3).
   virtual void EngramGate(const Tensor& kv, std::span<const float> gate_weight, float eps, const Tensor& streams) = 0;
+};
+
+// Brackets one forward with Backend::BeginStep and EndStep (EndStep(false) when it unwinds).
+class StepScope {
+ public:
+  StepScope(Backend& backend, StepShape shape) : backend_(backend), exceptions_(std::uncaught_exceptions()) {
+    backend_.BeginStep(shape);
+  }
+  ~StepScope() { backend_.EndStep(std::uncaught_exceptions() == exceptions_); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Backend& backend_;
+  int exceptions_;
 };
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 #include "backend/cpu_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -56,7 +57,20 @@ void SelectCandidateBlocks(std::span<const float> scores, int64_t visible, int t
 
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// StepParallelism's shape of a step: its kind and its rows, exact up to 32 (decode batches and
+// verify steps, each its own cost), above that rounded up to a power of two (prefill chunks;
+// their calls are long, so they run on all threads anyway), which keeps the shapes few.
+uint64_t StepKey(StepShape shape) {
+  constexpr int64_t kExactRows = 32;
+  uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(0, shape.rows));
+  if (rows > kExactRows) rows = std::bit_ceil(rows);
+  return static_cast<uint64_t>(shape.kind) << 56 | rows;
+}
+
 }  // namespace
+
+void CpuBackend::BeginStep(StepShape shape) { steps_.Begin(StepKey(shape)); }
+void CpuBackend::EndStep(bool completed) { steps_.End(completed); }
 
 void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) {
   const int64_t m = x.rows();

@@ -6,7 +6,10 @@
 // so results do not depend on the thread count.
 #pragma once
 
+#include <utility>
+
 #include "backend/backend.h"
+#include "core/step_parallelism.h"
 #include "kernels/cpu/cpu_context.h"
 
 namespace deepinfer {
@@ -22,9 +25,10 @@ struct GemvRecord {
 
 class CpuBackend final : public Backend {
  public:
-  // `dot`: the AVX-512 linears' kernel plan (ChooseBf16Dot; the CPU's by default).
-  CpuBackend(ThreadPool& pool, IsaLevel isa, Bf16Dot dot = ChooseBf16Dot())
-      : scratch_(pool.size()), cpu_{pool, isa, &scratch_, dot} {}
+  // `dot`: the AVX-512 linears' kernel plan (ChooseBf16Dot; the CPU's by default). `steps`: how
+  // a step's threads are chosen (StepParallelism; by timing both ways by default).
+  CpuBackend(ThreadPool& pool, IsaLevel isa, Bf16Dot dot = ChooseBf16Dot(), StepParallelism::Options steps = {})
+      : scratch_(pool.size()), cpu_{pool, isa, &scratch_, dot}, steps_(pool, std::move(steps)) {}
 
   std::string_view name() const override { return "cpu"; }
   Workspace& workspace() override { return workspace_; }
@@ -32,6 +36,12 @@ class CpuBackend final : public Backend {
   const CpuContext& cpu() const { return cpu_; }
   // Times the GEMV-shaped linears into `record` (nullptr: stop). Not thread-safe with a running op.
   void RecordGemvs(GemvRecord* record) { gemv_record_ = record; }
+  // How many steps ran on one thread (StepParallelism: where the hand-offs cost more than the
+  // other threads save).
+  StepParallelism::Stats step_stats() const { return steps_.stats(); }
+
+  void BeginStep(StepShape shape) override;
+  void EndStep(bool completed) override;
 
   void Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) override;
   void GroupedLinear(const WeightMatrix& w, int groups, const Tensor& x, const Tensor& y) override;
@@ -73,6 +83,7 @@ class CpuBackend final : public Backend {
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
   GemvRecord* gemv_record_ = nullptr;
   CpuContext cpu_;
+  StepParallelism steps_;
   Workspace workspace_;
 };
 

@@ -110,6 +110,14 @@ void ThreadPool::ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<v
     body(0, n, 0);
     return;
   }
+  if (serial_) {
+    for (int part = 0; part < parts; ++part) {
+      const std::pair<size_t, size_t> range = RangeOf(n, parts, part);
+      if (range.first < range.second) body(range.first, range.second, 0);
+    }
+    return;
+  }
+  const auto handed_out = std::chrono::steady_clock::now();
   uint32_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -127,6 +135,8 @@ void ThreadPool::ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<v
   std::unique_lock<std::mutex> lock(mutex_);  // also orders first_error_
   work_done_.wait(lock, all_done);
   body_ = nullptr;
+  ++hand_offs_.calls;
+  hand_offs_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - handed_out).count();
   if (first_error_) std::rethrow_exception(std::exchange(first_error_, nullptr));
 }
 

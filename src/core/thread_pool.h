@@ -64,6 +64,19 @@ class ThreadPool {
   // a hand-off.
   void ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<void(size_t begin, size_t end, int thread)> body);
 
+  // Serial: every call runs its parts one after another on the calling thread, the same parts
+  // as on all threads (so the same results), without a hand-off. StepParallelism
+  // (core/step_parallelism.h) sets it for the steps where hand-offs cost more than they save.
+  void SetSerial(bool serial) { serial_ = serial; }
+  bool serial() const { return serial_; }
+  // The calls handed to the other threads since the pool started, and their wall time (from
+  // handing out the parts to the last part's end): how short a step's calls are.
+  struct HandOffs {
+    uint64_t calls = 0;
+    double seconds = 0.0;
+  };
+  HandOffs hand_offs() const { return hand_offs_; }
+
   // Work below about this many bytes touched per part costs more in hand-off (waking, joining,
   // cold caches on the other core) than the second thread saves: measured on 2-core VMs, where
   // an idle vCPU's wake-up and the join cost a few microseconds each.
@@ -93,6 +106,9 @@ class ThreadPool {
   std::atomic<int> parts_done_{0};
   std::atomic<bool> stopping_{false};
   std::exception_ptr first_error_;  // guarded by mutex_
+  // The caller's alone (the one-caller contract).
+  bool serial_ = false;
+  HandOffs hand_offs_;
 };
 
 }  // namespace deepinfer

@@ -143,6 +143,8 @@ void Model::Draft(std::span<const DraftItem> items, const ComputeContext& ctx, D
   batch.block_positions = block_positions;
   batch.block_tokens = block_tokens;
 
+  // Outside the guard: a SIGBUS abandons the guarded frames without running their destructors.
+  const StepScope step(ctx.backend, {StepKind::kDraft, batch.rows()});
   try {
     GuardMappedReads([&] {
       SeedDraft(batch, ctx);

@@ -41,6 +41,10 @@ std::vector<float> Model::Forward(std::span<const ForwardItem> items, const Comp
 
 void Model::ForwardInto(std::span<const ForwardItem> items, const ComputeContext& ctx, std::vector<float>& logits,
                         ForwardStats* stats, std::vector<float>* taps) const {
+  int64_t rows = 0;
+  for (const ForwardItem& item : items) rows += static_cast<int64_t>(item.tokens.size());
+  // Outside the guard: a SIGBUS abandons the guarded frames without running their destructors.
+  const StepScope step(ctx.backend, {StepKind::kForward, rows});
   try {
     GuardMappedReads([&] { ForwardUnguarded(items, ctx, logits, stats, taps); });
   } catch (const MappedFileFault& fault) {

@@ -55,6 +55,32 @@ TEST(ThreadPool, PartitionIsStatic) {
   EXPECT_EQ(first, second);
 }
 
+// Serial: the same parts as on all threads, in order, on the caller, and no hand-off counted.
+TEST(ThreadPool, SerialRunsTheSamePartsOnTheCaller) {
+  ThreadPool pool(2);
+  for (size_t min_per_part : {size_t{1}, size_t{3}}) {
+    std::vector<std::pair<size_t, size_t>> parallel, serial;
+    std::mutex mutex;
+    pool.ParallelForThreads(37, min_per_part, [&](size_t begin, size_t end, int) {
+      std::lock_guard<std::mutex> lock(mutex);
+      parallel.emplace_back(begin, end);
+    });
+    std::sort(parallel.begin(), parallel.end());
+    const ThreadPool::HandOffs before = pool.hand_offs();
+    EXPECT_GE(before.calls, 1u);
+    pool.SetSerial(true);
+    const std::thread::id caller = std::this_thread::get_id();
+    pool.ParallelForThreads(37, min_per_part, [&](size_t begin, size_t end, int thread) {
+      EXPECT_EQ(thread, 0);
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      serial.emplace_back(begin, end);
+    });
+    pool.SetSerial(false);
+    EXPECT_EQ(serial, parallel) << "min per part " << min_per_part;  // already in order
+    EXPECT_EQ(pool.hand_offs().calls, before.calls);
+  }
+}
+
 // With a minimum per part, small calls run inline on the caller (part 0 only) and larger ones
 // in as many parts as the minimum allows; every index still runs exactly once.
 TEST(ThreadPool, MinimumPerPartBoundsTheParts) {

@@ -131,5 +131,28 @@ TEST(BatchInvariance, ThreadCountDoesNotChangeBits) {
   EXPECT_TRUE(RunChunked(*model, tokens, {11, 1, 5}, one) == RunChunked(*model, tokens, {70}, three));
 }
 
+// A 3-thread pool's steps run on all threads or on the caller alone (StepParallelism): the same
+// bits either way, and the same as one thread's, including a backend that picks per step.
+TEST(BatchInvariance, StepThreadsDoNotChangeBits) {
+  const std::unique_ptr<Model> model = Model::Load(ModelDir("tiny-c"));
+  std::vector<int32_t> tokens = {0};
+  for (int i = 1; i < 40; ++i) tokens.push_back(3 + (i * 53) % 400);
+  const std::vector<int> chunks = {9, 1, 1, 1, 1, 1, 1};
+  ThreadPool one(1), three(3);
+  const std::vector<float> reference = RunChunked(*model, tokens, chunks, one);
+  using Way = StepParallelism::Way;
+  for (Way way : {Way::kAllThreads, Way::kOneThread, Way::kChoose}) {
+    // kChoose probes every short-call shape here (no threshold), so it runs both ways.
+    CpuBackend backend(three, DetectIsa(), ChooseBf16Dot(), {.way = way, .probe_below_call_seconds = 1e9});
+    EXPECT_TRUE(RunChunked(*model, tokens, chunks, ComputeContext{backend}) == reference)
+        << "way " << static_cast<int>(way);
+    const StepParallelism::Stats stats = backend.step_stats();
+    EXPECT_EQ(stats.serial_steps, way == Way::kOneThread    ? stats.steps
+                                  : way == Way::kAllThreads ? 0
+                                                            : stats.serial_steps);
+    EXPECT_EQ(stats.probes > 0, way == Way::kChoose);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing
