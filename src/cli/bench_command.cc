@@ -24,6 +24,7 @@
 #include "cli/weight_layout_flag.h"
 #include "core/error.h"
 #include "core/machine_limits.h"
+#include "core/step_parallelism.h"
 #include "core/thread_pool.h"
 #include "io/forward_flops.h"
 #include "kernels/cpu/cpu_context.h"
@@ -53,6 +54,7 @@ struct BenchOptions {
   std::vector<int64_t> batch_sizes = {1, 4, 16};
   int64_t warmup = 1;
   bool json = false;
+  bool compare_threads = false;
   bool speculative = false;
   int speculative_length = 5;
   double forced_accepted = 0;  // mean tokens per verify step to force (bonus included); 0: real acceptance
@@ -98,6 +100,10 @@ const std::vector<Flag<BenchOptions>>& BenchFlags() {
        "1 <= A <= K + 1; the kept drafts follow a fixed pattern whatever the target says), instead of the real "
        "acceptance",
        [](BenchOptions& o, const std::string& v) { o.forced_accepted = ParseRealFlag("--forced-accepted", v); }},
+      {"--compare-threads", nullptr,
+       "also time each decode batch on one thread, in blocks of steps alternating with the default threads in this "
+       "process (so both see the same minutes of the machine), and print default / one-thread",
+       [](BenchOptions& o, const std::string&) { o.compare_threads = true; }},
       {"--json", nullptr, "also print one JSON object with the results as the last line",
        [](BenchOptions& o, const std::string&) { o.json = true; }},
   };
@@ -143,6 +149,10 @@ struct DecodeResult {
   double step_seconds = 0.0;    // mean over the timed steps
   double bytes_per_step = 0.0;  // mean ForwardStats::weight_bytes over the timed steps
   double flops_per_step = 0.0;  // mean CountForwardFlops over the timed steps, all sequences
+  // Forwards of this batch (prompts, warm-up and timed steps) and how many of them the backend
+  // ran on one thread (StepParallelism).
+  uint64_t steps = 0;
+  uint64_t serial_steps = 0;
   // The step's roofline: the longer of reading its bytes at `bytes_per_s` and doing its FLOPs at
   // `flops_per_s`.
   double roofline_seconds(double bytes_per_s, double flops_per_s) const {
@@ -150,44 +160,106 @@ struct DecodeResult {
   }
 };
 
-// B sequences with short distinct prompts, prefilled together; then `warmup` untimed and
-// `steps` timed steps of one (greedy) token per sequence. Only the Forward call is timed.
-DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t batch, int64_t warmup, int64_t steps) {
-  const int64_t vocab = model.config().vocab_size;
-  std::vector<SequenceState> states;
-  std::vector<std::vector<int32_t>> prompts(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    states.push_back(model.NewSequence());
-    for (int64_t t = 0; t < kDecodePromptTokens; ++t) prompts[b].push_back(BenchToken(1000 + b, t, vocab));
-  }
-  std::vector<ForwardItem> items(batch);
-  for (int64_t b = 0; b < batch; ++b) items[b] = ForwardItem{&states[b], prompts[b]};
-  std::vector<float> logits = model.Forward(items, ctx);
-  std::vector<int32_t> next(batch);
-  DecodeResult result;
-  result.batch = batch;
-  double total_seconds = 0.0, total_bytes = 0.0, total_flops = 0.0;
-  for (int64_t step = 0; step < warmup + steps; ++step) {
+// B sequences with short distinct prompts, prefilled together at construction; then one (greedy)
+// token per sequence per Step. Only the Forward call is timed.
+class DecodeRun {
+ public:
+  DecodeRun(const Model& model, const ComputeContext& ctx, int64_t batch)
+      : model_(model), ctx_(ctx), batch_(batch), states_(), items_(batch), next_(batch) {
+    const int64_t vocab = model.config().vocab_size;
+    std::vector<std::vector<int32_t>> prompts(batch);
     for (int64_t b = 0; b < batch; ++b) {
-      next[b] = Argmax(logits.data() + b * vocab, vocab);
-      items[b] = ForwardItem{&states[b], std::span<const int32_t>(&next[b], 1)};
+      states_.push_back(model.NewSequence());
+      for (int64_t t = 0; t < kDecodePromptTokens; ++t) prompts[b].push_back(BenchToken(1000 + b, t, vocab));
+    }
+    for (int64_t b = 0; b < batch; ++b) items_[b] = ForwardItem{&states_[b], prompts[b]};
+    logits_ = model.Forward(items_, ctx);
+    result_.batch = batch;
+  }
+
+  // One step; `timed` adds it to the result. Returns its seconds.
+  double Step(bool timed) {
+    const int64_t vocab = model_.config().vocab_size;
+    for (int64_t b = 0; b < batch_; ++b) {
+      next_[b] = Argmax(logits_.data() + b * vocab, vocab);
+      items_[b] = ForwardItem{&states_[b], std::span<const int32_t>(&next_[b], 1)};
     }
     ForwardStats stats;
     const Clock::time_point start = Clock::now();
-    logits = model.Forward(items, ctx, &stats);
-    const Clock::time_point end = Clock::now();
-    if (step >= warmup) {
-      total_seconds += Seconds(start, end);
-      total_bytes += static_cast<double>(stats.weight_bytes);
-      for (int64_t b = 0; b < batch; ++b) {
-        total_flops += static_cast<double>(CountForwardFlops(model.config(), states[b].length() - 1, 1).total());
+    logits_ = model_.Forward(items_, ctx_, &stats);
+    const double seconds = Seconds(start, Clock::now());
+    if (timed) {
+      ++timed_steps_;
+      seconds_ += seconds;
+      bytes_ += static_cast<double>(stats.weight_bytes);
+      for (int64_t b = 0; b < batch_; ++b) {
+        flops_ += static_cast<double>(CountForwardFlops(model_.config(), states_[b].length() - 1, 1).total());
       }
     }
+    return seconds;
   }
-  result.step_seconds = total_seconds / static_cast<double>(steps);
-  result.bytes_per_step = total_bytes / static_cast<double>(steps);
-  result.flops_per_step = total_flops / static_cast<double>(steps);
-  return result;
+
+  // Means over the timed steps.
+  DecodeResult result() const {
+    DecodeResult r = result_;
+    const double steps = static_cast<double>(std::max<int64_t>(1, timed_steps_));
+    r.step_seconds = seconds_ / steps;
+    r.bytes_per_step = bytes_ / steps;
+    r.flops_per_step = flops_ / steps;
+    return r;
+  }
+
+ private:
+  const Model& model_;
+  const ComputeContext& ctx_;
+  int64_t batch_;
+  std::vector<SequenceState> states_;
+  std::vector<ForwardItem> items_;
+  std::vector<int32_t> next_;
+  std::vector<float> logits_;
+  DecodeResult result_;
+  int64_t timed_steps_ = 0;
+  double seconds_ = 0.0, bytes_ = 0.0, flops_ = 0.0;
+};
+
+// `warmup` untimed and `steps` timed steps of a DecodeRun.
+DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t batch, int64_t warmup, int64_t steps) {
+  DecodeRun run(model, ctx, batch);
+  for (int64_t step = 0; step < warmup + steps; ++step) run.Step(step >= warmup);
+  return run.result();
+}
+
+// --compare-threads: the same decode on the default threads and on one, in blocks of
+// kCompareBlock steps that alternate, so both see the same minutes of a noisy host (separate runs
+// move by +-30% here).
+constexpr int64_t kCompareBlock = 4;
+struct ThreadComparison {
+  int64_t batch = 0;
+  double default_seconds = 0.0;  // mean step
+  double one_thread_seconds = 0.0;
+  double worst_block_ratio = 0.0;  // default / one thread, the worst block pair
+  double ratio() const { return default_seconds / one_thread_seconds; }
+};
+
+ThreadComparison CompareThreads(const Model& model, const ComputeContext& ctx, const ComputeContext& one_thread,
+                                int64_t batch, int64_t warmup, int64_t steps) {
+  DecodeRun all(model, ctx, batch), one(model, one_thread, batch);
+  for (int64_t step = 0; step < warmup; ++step) {
+    all.Step(false);
+    one.Step(false);
+  }
+  ThreadComparison c;
+  c.batch = batch;
+  for (int64_t done = 0; done < steps; done += kCompareBlock) {
+    const int64_t block = std::min(kCompareBlock, steps - done);
+    double all_seconds = 0.0, one_seconds = 0.0;
+    for (int64_t k = 0; k < block; ++k) all_seconds += all.Step(true);
+    for (int64_t k = 0; k < block; ++k) one_seconds += one.Step(true);
+    c.worst_block_ratio = std::max(c.worst_block_ratio, all_seconds / one_seconds);
+  }
+  c.default_seconds = all.result().step_seconds;
+  c.one_thread_seconds = one.result().step_seconds;
+  return c;
 }
 
 struct SpeculativeResult {
@@ -395,8 +467,23 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   for (int64_t batch : o.batch_sizes) {
     Progress("decode, batch " + std::to_string(batch));
     backend.RecordGemvs(batch == 1 ? &gemvs : nullptr);
+    const StepParallelism::Stats before = backend.step_stats();
     decode.push_back(RunDecode(*model, ctx, batch, o.warmup, o.decode_tokens));
+    decode.back().steps = backend.step_stats().steps - before.steps;
+    decode.back().serial_steps = backend.step_stats().serial_steps - before.serial_steps;
     backend.RecordGemvs(nullptr);
+    probe.Sample(kBandwidthBetweenPasses);
+  }
+
+  std::vector<ThreadComparison> comparisons;
+  if (o.compare_threads && pool.size() > 1) {
+    ThreadPool one_pool(1);
+    CpuBackend one_backend(one_pool, isa, plan);
+    const ComputeContext one_ctx{one_backend};
+    for (int64_t batch : o.batch_sizes) {
+      Progress("decode, batch " + std::to_string(batch) + ", " + std::to_string(pool.size()) + " threads against one");
+      comparisons.push_back(CompareThreads(*model, ctx, one_ctx, batch, o.warmup, o.decode_tokens));
+    }
     probe.Sample(kBandwidthBetweenPasses);
   }
 
@@ -451,6 +538,24 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                 roofline_s * 1e3, d.step_seconds / roofline_s);
   }
   std::printf("  (roofline: the longer of the step's bytes at the median bandwidth and its FLOPs at the peak)\n");
+  if (pool.size() > 1) {
+    std::printf("  forwards on one thread, where the hand-offs cost more than the other threads save:");
+    for (const DecodeResult& d : decode) {
+      std::printf(" batch %lld %llu of %llu%s", static_cast<long long>(d.batch),
+                  static_cast<unsigned long long>(d.serial_steps), static_cast<unsigned long long>(d.steps),
+                  &d == &decode.back() ? "\n" : ";");
+    }
+  }
+
+  if (!comparisons.empty()) {
+    std::printf("\nthreads: %d against 1, blocks of %lld steps alternating in this process\n", pool.size(),
+                static_cast<long long>(kCompareBlock));
+    std::printf("  %5s %12s %12s %12s %12s\n", "batch", "default ms", "1 thread ms", "default/one", "worst block");
+    for (const ThreadComparison& c : comparisons) {
+      std::printf("  %5lld %12.3f %12.3f %12.3f %12.3f\n", static_cast<long long>(c.batch), c.default_seconds * 1e3,
+                  c.one_thread_seconds * 1e3, c.ratio(), c.worst_block_ratio);
+    }
+  }
 
   constexpr int kReleasedLayers = 40;
   if (speculative) {
@@ -483,7 +588,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                            {"bandwidth_fraction", gb_s(d) / read_gb_s},
                            {"flops_per_step", d.flops_per_step},
                            {"roofline_ms", d.roofline_seconds(bandwidth.median, peak_flops) * 1e3},
-                           {"roofline_ratio", d.step_seconds / d.roofline_seconds(bandwidth.median, peak_flops)}});
+                           {"roofline_ratio", d.step_seconds / d.roofline_seconds(bandwidth.median, peak_flops)},
+                           {"forwards", d.steps},
+                           {"serial_forwards", d.serial_steps}});
     }
     nlohmann::json j = {
         {"model", model_dir},
@@ -516,6 +623,17 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_gemv_fraction", best_gemv_gb_s > 0 ? gb_s(one) / best_gemv_gb_s : 0.0},
         {"decode", per_batch},
     };
+    if (!comparisons.empty()) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const ThreadComparison& c : comparisons) {
+        rows.push_back({{"batch", c.batch},
+                        {"default_ms", c.default_seconds * 1e3},
+                        {"one_thread_ms", c.one_thread_seconds * 1e3},
+                        {"ratio", c.ratio()},
+                        {"worst_block_ratio", c.worst_block_ratio}});
+      }
+      j["thread_comparison"] = rows;
+    }
     if (speculative) {
       const SpeculativeResult& sp = *speculative;
       j["speculative"] = {{"length", sp.length},
