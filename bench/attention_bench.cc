@@ -1,6 +1,6 @@
 // SparseAttentionWithSink (kernels/cpu/ops.h) at the V4.1 shapes, at every ISA level this CPU
 // runs: one decode query over a window + top-k selection of entries, 64 heads of dim 512 (Flash).
-// Counter: FLOP/s of q.k and P.V (4 * heads * dim per entry).
+// Counter: FLOP/s of q.k and P.V (4 * heads * dim per entry). Then the KV-cache decoders.
 //
 // Run by hand, e.g. build/bench/attention_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
@@ -48,6 +48,52 @@ void BM_SparseAttention(benchmark::State& state) {
 // 128-entry window alone, window + 512 selected, window + 1024 selected.
 BENCHMARK(BM_SparseAttention)
     ->ArgsProduct({{128, 640, 1152},
+                   {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
+                    static_cast<int64_t>(IsaLevel::kAvx512)}})
+    ->Unit(benchmark::kMicrosecond);
+
+// The KV-cache decoders that feed it (ops.h), one call per entry of 512 values as the CPU backend
+// makes them, 1152 entries (window + 1024 selected). Args: {format, isa level}; formats: 0 the
+// FP8 window entries (ue8m0 scale per 32), 1 the FP4 latents (e4m3 scale per 16), 2 the FP4 index
+// keys (ue8m0 per 32). Scales and codes are in the range the vector paths take (no NaN codes).
+// Counter: decoded values per second.
+void BM_KvDecode(benchmark::State& state) {
+  constexpr int64_t kEntries = 1152;
+  const int format = static_cast<int>(state.range(0));
+  const IsaLevel isa = static_cast<IsaLevel>(state.range(1));
+  if (isa > DetectIsa()) return state.SkipWithError("ISA level not supported here");
+  const bool fp4 = format != 0;
+  const size_t block = format == 1 ? 16 : 32;
+  const size_t code_bytes = fp4 ? kDim / 2 : kDim;
+  std::vector<uint8_t> codes(kEntries * code_bytes), scales(kEntries * (kDim / block));
+  uint64_t seed = 5;
+  for (uint8_t& c : codes) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<uint8_t>(seed >> 56);
+    if (!fp4 && (c & 0x7f) == 0x7f) c ^= 1;  // not a NaN code
+  }
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(format == 1 ? 40 + i % 64 : 120 + i % 16);
+  std::vector<float> out(kEntries * kDim);
+  using Decoder = void (*)(IsaLevel, const uint8_t*, const uint8_t*, size_t, size_t, float*);
+  const Decoder decode = format == 0   ? Decoder{DecodeFP8PowerOfTwo}
+                         : format == 1 ? Decoder{DecodeFP4E4M3Scale}
+                                       : Decoder{DecodeFP4PowerOfTwo};
+  for (auto _ : state) {
+    for (int64_t e = 0; e < kEntries; ++e) {
+      decode(isa, codes.data() + e * code_bytes, scales.data() + e * (kDim / block), kDim, block,
+             out.data() + e * kDim);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["values/s"] =
+      benchmark::Counter(static_cast<double>(kEntries * kDim), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(format == 0   ? "fp8 window "
+                             : format == 1 ? "fp4 latent "
+                                           : "fp4 index key ") +
+                 std::string(IsaName(isa)));
+}
+BENCHMARK(BM_KvDecode)
+    ->ArgsProduct({{0, 1, 2},
                    {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
                     static_cast<int64_t>(IsaLevel::kAvx512)}})
     ->Unit(benchmark::kMicrosecond);

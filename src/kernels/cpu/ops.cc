@@ -191,18 +191,21 @@ void IndexScores(IsaLevel isa, const float* q, int heads, int64_t dim, const flo
 void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
                          float* out) {
   if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP8PowerOfTwoAvx512(codes, exponents, n, block, out);
+  if (isa == IsaLevel::kAvx2 && block % 8 == 0) return DecodeFP8PowerOfTwoAvx2(codes, exponents, n, block, out);
   DecodeFP8PowerOfTwo(codes, exponents, n, block, out);
 }
 
 void DecodeFP4PowerOfTwo(IsaLevel isa, const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
                          float* out) {
   if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP4PowerOfTwoAvx512(packed, exponents, n, block, out);
+  if (isa == IsaLevel::kAvx2 && block % 8 == 0) return DecodeFP4PowerOfTwoAvx2(packed, exponents, n, block, out);
   DecodeFP4PowerOfTwo(packed, exponents, n, block, out);
 }
 
 void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scales, size_t n, size_t block,
                         float* out) {
   if (isa == IsaLevel::kAvx512 && block % 16 == 0) return DecodeFP4E4M3ScaleAvx512(packed, scales, n, block, out);
+  if (isa == IsaLevel::kAvx2 && block % 8 == 0) return DecodeFP4E4M3ScaleAvx2(packed, scales, n, block, out);
   DecodeFP4E4M3Scale(packed, scales, n, block, out);
 }
 

@@ -102,7 +102,8 @@ void IndexScores(IsaLevel isa, const float* q, int heads, int64_t dim, const flo
 // stay the oracle. A block whose every value is code * scale exactly, a normal fp32 (or zero) with
 // at most 6 significant bits, so that the oracle's bf16 rounding changes nothing, is one vector
 // multiply per 16 elements; any other block (scale bytes near the ends of their range, NaN codes
-// or scales) goes to the oracle. kAvx512 only (block % 16 == 0); other levels run the oracle.
+// or scales) goes to the oracle. kAvx512 (block % 16 == 0) and kAvx2 (8 elements per multiply,
+// block % 8 == 0); other levels and block sizes run the oracle.
 void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
                          float* out);
 void DecodeFP4PowerOfTwo(IsaLevel isa, const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
@@ -111,6 +112,9 @@ void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scal
 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block, float* out);
 void DecodeFP4PowerOfTwoAvx512(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
 void DecodeFP4E4M3ScaleAvx512(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
+void DecodeFP8PowerOfTwoAvx2(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block, float* out);
+void DecodeFP4PowerOfTwoAvx2(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
+void DecodeFP4E4M3ScaleAvx2(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
 
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 

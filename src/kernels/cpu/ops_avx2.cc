@@ -2,9 +2,13 @@
 // The q.k dot product keeps the AVX-512 lane structure (two 16-lane accumulators, each as two
 // ymm halves, then the same fixed reduction tree) and P.V is elementwise, so the results are
 // bit-identical to the AVX-512 path's; both differ from the scalar oracle only in the summation
-// order of q.k.
+// order of q.k. The KV-cache decoders are the AVX-512 ones on 8 lanes: the oracle's bits.
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
+#include "core/numeric.h"
 #include "kernels/cpu/ops.h"
 
 // Compiled for AVX2 per function, so the library needs no special flags; callers dispatch here
@@ -90,6 +94,91 @@ DI_AVX2 void RescaleAddAvx2(float* acc, float scale, const float* block_acc, int
 const AttentionLoops& SparseAttentionLoopsAvx2() {
   static constexpr AttentionLoops kLoops{DotsAvx2, WeightedSumAvx2, RescaleAddAvx2};
   return kLoops;
+}
+
+// ---- KV cache dequantization (ops.h; the AVX-512 versions' exactness conditions) ----------------
+
+namespace {
+
+// 8 e4m3 codes (dwords, each 0-255) -> their fp32 values, NaN codes excepted: magnitudes 8-127
+// are normal, (mag << 20) + (120 << 23) in fp32 bits; 1-7 are mag * 2^-9; the sign is bit 7.
+DI_AVX2 inline __m256 E4M3Values(__m256i codes) {
+  const __m256i mag = _mm256_and_si256(codes, _mm256_set1_epi32(0x7f));
+  const __m256i normal = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(7));
+  const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+  const __m256 normal_value =
+      _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+  const __m256 value = _mm256_blendv_ps(subnormal, normal_value, _mm256_castsi256_ps(normal));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_or_ps(value, _mm256_castsi256_ps(sign));
+}
+
+// The 8 e2m1 values of 4 packed bytes (element 2j: the low nibble of byte j): the magnitude from
+// the table's first half by the code's low 3 bits (vpermps reads only those), the sign from bit 3
+// (kE2M1Values' second half is the first negated, -0 included).
+DI_AVX2 inline __m256 Fp4Values(const uint8_t* packed, __m256 magnitudes) {
+  uint32_t word;
+  std::memcpy(&word, packed, sizeof(word));
+  const __m128i bytes = _mm_cvtsi32_si128(static_cast<int>(word));
+  const __m256i twice = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+  const __m256i codes = _mm256_srlv_epi32(twice, _mm256_set_epi32(4, 0, 4, 0, 4, 0, 4, 0));
+  const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, codes);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(8)), 28);
+  return _mm256_or_ps(magnitude, _mm256_castsi256_ps(sign));
+}
+
+// The FP4 decoders' loop (ops_avx512.cc's DecodeFp4Blocks on 8 lanes).
+template <bool kPowerOfTwo>
+DI_AVX2 void DecodeFp4Blocks(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out) {
+  using Oracle = void (*)(const uint8_t*, const uint8_t*, size_t, size_t, float*);
+  const Oracle oracle = kPowerOfTwo ? Oracle{DecodeFP4PowerOfTwo} : Oracle{DecodeFP4E4M3Scale};
+  const __m256 magnitudes = _mm256_loadu_ps(kE2M1Values.data());
+  for (size_t b = 0; b < n / block; ++b) {
+    float* o = out + b * block;
+    const bool exact = kPowerOfTwo ? scales[b] >= 2 && scales[b] <= 252 : (scales[b] & 0x7f) != 0x7f;
+    if (!exact) {
+      oracle(packed + b * block / 2, scales + b, block, block, o);
+      continue;
+    }
+    const __m256 scale = _mm256_set1_ps(kPowerOfTwo ? UE8M0ToFloat(scales[b]) : E4M3ToFloat(scales[b]));
+    for (size_t i = 0; i < block; i += 8) {
+      _mm256_storeu_ps(o + i, _mm256_mul_ps(Fp4Values(packed + (b * block + i) / 2, magnitudes), scale));
+    }
+  }
+  if (n % block != 0) {
+    oracle(packed + n / block * block / 2, scales + n / block, n % block, block, out + n / block * block);
+  }
+}
+
+}  // namespace
+
+DI_AVX2 void DecodeFP8PowerOfTwoAvx2(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
+                                     float* out) {
+  for (size_t b = 0; b < n / block; ++b) {
+    const uint8_t* c = codes + b * block;
+    float* o = out + b * block;
+    bool exact = exponents[b] >= 10 && exponents[b] <= 245;
+    const __m256 scale = _mm256_set1_ps(UE8M0ToFloat(exponents[b]));
+    for (size_t i = 0; i < block && exact; i += 8) {
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i)));
+      const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+      exact = _mm256_testz_si256(nan, nan) != 0;
+      _mm256_storeu_ps(o + i, _mm256_mul_ps(E4M3Values(v), scale));
+    }
+    if (!exact) DecodeFP8PowerOfTwo(c, exponents + b, block, block, o);
+  }
+  if (n % block != 0) {
+    DecodeFP8PowerOfTwo(codes + n / block * block, exponents + n / block, n % block, block, out + n / block * block);
+  }
+}
+
+DI_AVX2 void DecodeFP4PowerOfTwoAvx2(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
+                                     float* out) {
+  DecodeFp4Blocks<true>(packed, exponents, n, block, out);
+}
+
+DI_AVX2 void DecodeFP4E4M3ScaleAvx2(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out) {
+  DecodeFp4Blocks<false>(packed, scales, n, block, out);
 }
 
 }  // namespace deepinfer
