@@ -245,6 +245,8 @@ TEST(HcExpandRow, EveryLevelGivesTheOraclesBits) {
       y[1] = std::nanf("");
       y[2] = 3e38f, post[0] = 2.5f;  // overflows to infinity in copy 0
       x[3] = 1.0f + 0x1p-8f;         // bf16 ties through y = 0 and comb
+      // A NaN whose payload would carry into the sign when rounded like a number.
+      x[5] = std::bit_cast<float>(0x7fffffffu);
       std::vector<float> expected = x, mixed(hc * dim);
       HcExpandRow(IsaLevel::kScalar, expected.data(), y.data(), post.data(), comb.data(), hc, dim, mixed.data());
       for (const IsaLevel isa : SupportedIsaLevels()) {

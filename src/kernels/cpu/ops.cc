@@ -147,6 +147,7 @@ float DotProduct(IsaLevel isa, const float* a, const float* b, int64_t n) {
 void HcExpandRow(IsaLevel isa, float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
                  float* mixed) {
   if (isa == IsaLevel::kAvx512 && dim % 16 == 0) return HcExpandRowAvx512(x, y, post, comb, hc, dim, mixed);
+  if (isa == IsaLevel::kAvx2 && dim % 8 == 0) return HcExpandRowAvx2(x, y, post, comb, hc, dim, mixed);
   for (int j = 0; j < hc; ++j) {
     for (int64_t d = 0; d < dim; ++d) {
       float acc = comb[j] * x[d];

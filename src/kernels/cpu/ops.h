@@ -82,12 +82,13 @@ float DotProductAvx2(const float* a, const float* b, int64_t n);
 // One row of the mHC expand (spec 3.4): the row's hc copies x[i] (dim floats each) become
 //   x[j][d] = bf16(post[j] * y[d] + (comb[0][j] * x[0][d] + comb[1][j] * x[1][d] + ...)),
 // comb row-major [hc][hc], every product a multiply and every sum an add, the copies in i order.
-// `mixed`: hc * dim floats of scratch. kAvx512 (dim % 16 == 0) runs 16 elements at a time with the
-// same operations; other levels run the oracle.
+// `mixed`: hc * dim floats of scratch. kAvx512 (dim % 16 == 0) and kAvx2 (dim % 8 == 0) run 16 or
+// 8 elements at a time with the same operations; other levels run the oracle.
 void HcExpandRow(IsaLevel isa, float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
                  float* mixed);
 void HcExpandRowAvx512(float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
                        float* mixed);
+void HcExpandRowAvx2(float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim, float* mixed);
 
 // The indexer's scores of one query over `count` keys (rows of `keys`, `dim` floats apart):
 //   scores[t] = sum over h = 0, 1, ... of max(q_h . k_t, 0) * (weights[h] * weight_scale),

@@ -96,6 +96,42 @@ const AttentionLoops& SparseAttentionLoopsAvx2() {
   return kLoops;
 }
 
+// ---- mHC expand (ops.h HcExpandRow: the AVX-512 version's operations on 8 lanes) ----------------
+
+namespace {
+
+// RoundToBF16 on 8 lanes: round to nearest even in the upper 16 bits, NaN made quiet (FloatToBF16).
+DI_AVX2 inline __m256 RoundToBf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i rounded =
+      _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                        _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))),
+                       high);
+  // |u| as a signed integer is non-negative, so the signed compare is the unsigned one.
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), high);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, nan));
+}
+
+}  // namespace
+
+DI_AVX2 void HcExpandRowAvx2(float* x, const float* y, const float* post, const float* comb, int hc, int64_t dim,
+                             float* mixed) {
+  for (int j = 0; j < hc; ++j) {
+    const __m256 p = _mm256_set1_ps(post[j]);
+    for (int64_t d = 0; d < dim; d += 8) {
+      __m256 acc = _mm256_mul_ps(_mm256_set1_ps(comb[j]), _mm256_loadu_ps(x + d));
+      for (int i = 1; i < hc; ++i) {
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[i * hc + j]), _mm256_loadu_ps(x + i * dim + d)));
+      }
+      _mm256_storeu_ps(mixed + j * dim + d, _mm256_add_ps(_mm256_mul_ps(p, _mm256_loadu_ps(y + d)), acc));
+    }
+  }
+  for (int64_t i = 0; i < hc * dim; i += 8) _mm256_storeu_ps(x + i, RoundToBf16(_mm256_loadu_ps(mixed + i)));
+}
+
 // ---- KV cache dequantization (ops.h; the AVX-512 versions' exactness conditions) ----------------
 
 namespace {
