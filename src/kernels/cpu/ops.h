@@ -107,6 +107,16 @@ void IndexScores(IsaLevel isa, const float* q, int heads, int64_t dim, const flo
 // block % 8 == 0); other levels and block sizes run the oracle.
 void DecodeFP8PowerOfTwo(IsaLevel isa, const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
                          float* out);
+// The blocks the SIMD decoders multiply (the rest go to the oracle):
+// - FP8 with a ue8m0 byte of 10-245: e4m3 magnitudes 2^-9 .. 448 times 2^(e-127) stay normal and
+//   finite, with at most 4 significant bits; a block with a NaN code (checked per vector) does not.
+// - FP4 with a ue8m0 byte of 2-252: e2m1 magnitudes 0.5 .. 6 times 2^(e-127).
+// - FP4 with an e4m3 scale that is not NaN: e2m1 (<= 2 significant bits) times any finite e4m3
+//   (<= 4 bits, 2^-9 .. 448) is exact and normal or zero.
+inline bool Fp8PowerOfTwoBlockMultiplies(uint8_t exponent) { return exponent >= 10 && exponent <= 245; }
+inline bool Fp4BlockMultiplies(bool power_of_two_scale, uint8_t scale) {
+  return power_of_two_scale ? scale >= 2 && scale <= 252 : (scale & 0x7f) != 0x7f;
+}
 void DecodeFP4PowerOfTwo(IsaLevel isa, const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block,
                          float* out);
 void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);

@@ -171,7 +171,7 @@ DI_AVX2 void DecodeFp4Blocks(const uint8_t* packed, const uint8_t* scales, size_
   const __m256 magnitudes = _mm256_loadu_ps(kE2M1Values.data());
   for (size_t b = 0; b < n / block; ++b) {
     float* o = out + b * block;
-    const bool exact = kPowerOfTwo ? scales[b] >= 2 && scales[b] <= 252 : (scales[b] & 0x7f) != 0x7f;
+    const bool exact = Fp4BlockMultiplies(kPowerOfTwo, scales[b]);
     if (!exact) {
       oracle(packed + b * block / 2, scales + b, block, block, o);
       continue;
@@ -193,7 +193,7 @@ DI_AVX2 void DecodeFP8PowerOfTwoAvx2(const uint8_t* codes, const uint8_t* expone
   for (size_t b = 0; b < n / block; ++b) {
     const uint8_t* c = codes + b * block;
     float* o = out + b * block;
-    bool exact = exponents[b] >= 10 && exponents[b] <= 245;
+    bool exact = Fp8PowerOfTwoBlockMultiplies(exponents[b]);
     const __m256 scale = _mm256_set1_ps(UE8M0ToFloat(exponents[b]));
     for (size_t i = 0; i < block && exact; i += 8) {
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i)));

@@ -224,14 +224,13 @@ DI_AVX512 inline __m512i Fp4Codes(const uint8_t* packed) {
 
 }  // namespace
 
-// Exact when the scale byte is 10-245 (e4m3 magnitudes 2^-9 .. 448 times 2^(e-127) stay normal and
-// finite) and the block has no NaN code; the products then have at most 4 significant bits.
+// Multiplies the blocks Fp8PowerOfTwoBlockMultiplies takes (ops.h), unless they hold a NaN code.
 DI_AVX512 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* exponents, size_t n, size_t block,
                                          float* out) {
   for (size_t b = 0; b < n / block; ++b) {
     const uint8_t* c = codes + b * block;
     float* o = out + b * block;
-    bool exact = exponents[b] >= 10 && exponents[b] <= 245;
+    bool exact = Fp8PowerOfTwoBlockMultiplies(exponents[b]);
     const __m512 scale = _mm512_set1_ps(UE8M0ToFloat(exponents[b]));
     for (size_t i = 0; i < block && exact; i += 16) {
       const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i)));
@@ -247,9 +246,7 @@ DI_AVX512 void DecodeFP8PowerOfTwoAvx512(const uint8_t* codes, const uint8_t* ex
 namespace {
 
 // The FP4 decoders' loop: each block is e2m1 x its scale, 16 elements per multiply, where that is
-// exact; else the oracle's. kPowerOfTwo: ue8m0 scales, exact for bytes 2-252 (e2m1 magnitudes
-// 0.5 .. 6 times 2^(e-127)); else e4m3 scales: e2m1 (<= 2 significant bits) times any finite e4m3
-// (<= 4 bits, 2^-9 .. 448) is exact and normal or zero, so only NaN scales go to the oracle.
+// exact (Fp4BlockMultiplies, ops.h; kPowerOfTwo: ue8m0 scales, else e4m3); else the oracle's.
 template <bool kPowerOfTwo>
 DI_AVX512 void DecodeFp4Blocks(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out) {
   using Oracle = void (*)(const uint8_t*, const uint8_t*, size_t, size_t, float*);
@@ -257,7 +254,7 @@ DI_AVX512 void DecodeFp4Blocks(const uint8_t* packed, const uint8_t* scales, siz
   const __m512 table = _mm512_loadu_ps(kE2M1Values.data());
   for (size_t b = 0; b < n / block; ++b) {
     float* o = out + b * block;
-    const bool exact = kPowerOfTwo ? scales[b] >= 2 && scales[b] <= 252 : (scales[b] & 0x7f) != 0x7f;
+    const bool exact = Fp4BlockMultiplies(kPowerOfTwo, scales[b]);
     if (!exact) {
       oracle(packed + b * block / 2, scales + b, block, block, o);
       continue;
