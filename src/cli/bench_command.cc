@@ -430,6 +430,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                     model->max_context());
   }
   ThreadPool pool(o.threads);
+  if (o.compare_threads && pool.size() == 1) {
+    throw MakeError("bench: --compare-threads compares the default threads with one, but this run has one thread",
+                    o.threads == 1 ? " (--threads 1)" : " (a 1-core machine: pass --threads 2)");
+  }
   CpuBackend backend(pool, isa, plan);
   const ComputeContext ctx{backend};
 
@@ -476,7 +480,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   }
 
   std::vector<ThreadComparison> comparisons;
-  if (o.compare_threads && pool.size() > 1) {
+  if (o.compare_threads) {
     ThreadPool one_pool(1);
     CpuBackend one_backend(one_pool, isa, plan);
     const ComputeContext one_ctx{one_backend};
