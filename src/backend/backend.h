@@ -107,6 +107,9 @@ class Backend {
   // depend on the choice. `completed`: false when the step threw.
   virtual void BeginStep(StepShape shape) { (void)shape; }
   virtual void EndStep(bool completed) { (void)completed; }
+  // Steps run on one of the backend's threads where it has several (the CPU backend's choice
+  // above), since it started; 0 for a backend that does not choose.
+  virtual uint64_t one_thread_steps() const { return 0; }
 
   // ---- linear -------------------------------------------------------------------------------
   // y [m, w.rows] = x [m, w.cols] W^T under `numerics`.

@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
 
   void BeginStep(StepShape shape) override;
   void EndStep(bool completed) override;
+  uint64_t one_thread_steps() const override { return steps_.stats().serial_steps; }
 
   void Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) override;
   void GroupedLinear(const WeightMatrix& w, int groups, const Tensor& x, const Tensor& y) override;

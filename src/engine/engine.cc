@@ -637,6 +637,7 @@ EngineStats Engine::stats() const {
   s.kv_budget_bytes = pool_->budget_bytes();
   s.kv_held_bytes = pool_->held_bytes();
   s.backend_held_bytes = ctx_.backend.held_bytes();
+  s.one_thread_steps = ctx_.backend.one_thread_steps();
   s.kv_peak_bytes = pool_->peak_held_bytes();
   s.kv_in_use_bytes = pool_->in_use_bytes();
   s.kv_pages_in_use = pool_->pages_in_use();

@@ -139,6 +139,7 @@ struct EngineStats {
   uint64_t kv_budget_bytes = 0;
   uint64_t kv_held_bytes = 0;       // pool memory now (pages in use, cached and kept free)
   uint64_t backend_held_bytes = 0;  // the backend's workspace and scratch (Backend::held_bytes)
+  uint64_t one_thread_steps = 0;    // forwards the backend ran on one thread (Backend::one_thread_steps)
   uint64_t kv_peak_bytes = 0;       // the most the pool ever held
   uint64_t kv_in_use_bytes = 0;
   uint64_t kv_pages_in_use = 0;  // referenced by a request or the prefix cache

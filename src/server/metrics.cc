@@ -161,6 +161,9 @@ std::string Metrics::Render(const LoopStats& stats) const {
          spec.verify_seconds);
   Scalar(out, "deepinfer_engine_steps_total", "counter", "Engine steps (batched forwards).",
          static_cast<double>(e.steps));
+  Scalar(out, "deepinfer_engine_one_thread_steps_total", "counter",
+         "Forwards the CPU backend ran on one thread, where its hand-offs cost more than the other threads saved.",
+         static_cast<double>(e.one_thread_steps));
   Header(out, "deepinfer_http_requests_total", "counter", "HTTP responses by route and status.");
   for (const auto& [key, count] : http_) {
     Sample(out, "deepinfer_http_requests_total",

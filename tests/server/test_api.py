@@ -281,6 +281,8 @@ def test_metrics_match_what_was_sent(client, server):
     assert after["deepinfer_heap_allocated_bytes"] > 0
     assert 0 < after["deepinfer_backend_held_bytes"] < after["deepinfer_heap_allocated_bytes"]
     assert delta("deepinfer_engine_steps_total") >= 22
+    assert "deepinfer_engine_one_thread_steps_total" in after
+    assert 0 <= delta("deepinfer_engine_one_thread_steps_total") <= delta("deepinfer_engine_steps_total")
 
 
 def test_access_log_has_one_line_per_request(client, server):
