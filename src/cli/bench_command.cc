@@ -174,7 +174,6 @@ class DecodeRun {
     }
     for (int64_t b = 0; b < batch; ++b) items_[b] = ForwardItem{&states_[b], prompts[b]};
     logits_ = model.Forward(items_, ctx);
-    result_.batch = batch;
   }
 
   // One step; `timed` adds it to the result. Returns its seconds.
@@ -201,7 +200,8 @@ class DecodeRun {
 
   // Means over the timed steps.
   DecodeResult result() const {
-    DecodeResult r = result_;
+    DecodeResult r;
+    r.batch = batch_;
     const double steps = static_cast<double>(std::max<int64_t>(1, timed_steps_));
     r.step_seconds = seconds_ / steps;
     r.bytes_per_step = bytes_ / steps;
@@ -217,7 +217,6 @@ class DecodeRun {
   std::vector<ForwardItem> items_;
   std::vector<int32_t> next_;
   std::vector<float> logits_;
-  DecodeResult result_;
   int64_t timed_steps_ = 0;
   double seconds_ = 0.0, bytes_ = 0.0, flops_ = 0.0;
 };
