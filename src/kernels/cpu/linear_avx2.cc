@@ -3,10 +3,11 @@
 // 0-7 and 8-15, reduced with the same tree), so their bits equal the AVX-512 paths'.
 // Streaming tiles (M <= 6: decode, the speculative verify) are tuned for Zen 3-class cores, where
 // shifts and shuffles share two pipes: FP4 decodes a whole group with byte lookups (vpshufb into
-// per-scale bf16 tables), FP8 with one shuffle and one shift per 8 weights, BF16 with one shift
-// or mask; accumulators stay in registers (the row and activation loops are unrolled). GEMM panels
-// (M > 6) decode 12 weight rows into fp32 panels, a chunk of K at a time while there are few
-// activation rows, and run 4 x 3 register tiles on FMAs.
+// per-scale bf16 tables), FP8 with one shuffle and one shift per 8 weights (its block scale is
+// put on the activations, once per row block), BF16 with one shift or mask; accumulators stay in
+// registers (the row and activation loops are unrolled). GEMM panels (M > 6) decode 12 weight
+// rows into fp32 panels, a chunk of K at a time while there are few activation rows, and run
+// 4 x 3 register tiles on FMAs.
 // GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
 // (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
 #pragma GCC diagnostic push
@@ -259,23 +260,35 @@ inline __m256 E4M3Times2PowMinus120(__m256i top) {
       _mm256_and_si256(_mm256_srai_epi32(top, 4), _mm256_set1_epi32(static_cast<int>(0x87ffffffu))));
 }
 
-// FP8 group (32 codes; `scale` = the block scale times 2^120, a normal fp32). Pair i is bytes
-// (2i, 2i+1); each 16-byte half is broadcast so that the low lane takes pairs 4h..4h+3 and the
-// high one 4h+4..4h+7 of its accumulator. `nan` collects codes 0x7f / 0xff (the decode above
-// makes them finite; tiles that saw one are recomputed with the general decoder).
-inline void DecodeFp8Group(const uint8_t* bytes32, __m256 scale, __m256& even_lo, __m256& odd_lo, __m256& even_hi,
-                           __m256& odd_hi, __m256i& nan) {
+// FP8 group (32 codes) as code * 2^-120, the block scale left out. Pair i is bytes (2i, 2i+1);
+// each 16-byte half is broadcast so that the low lane takes pairs 4h..4h+3 and the high one
+// 4h+4..4h+7 of its accumulator. `nan` collects codes 0x7f / 0xff (the decode above makes them
+// finite; tiles that saw one are recomputed with the general decoder).
+inline void DecodeFp8Codes(const uint8_t* bytes32, __m256& even_lo, __m256& odd_lo, __m256& even_hi, __m256& odd_hi,
+                           __m256i& nan) {
   const __m256i even_ctrl = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 2, -1, -1, -1, 4, -1, -1, -1, 6, -1, -1, -1, 8,
                                              -1, -1, -1, 10, -1, -1, -1, 12, -1, -1, -1, 14);
   const __m256i odd_ctrl = _mm256_setr_epi8(-1, -1, -1, 1, -1, -1, -1, 3, -1, -1, -1, 5, -1, -1, -1, 7, -1, -1, -1, 9,
                                             -1, -1, -1, 11, -1, -1, -1, 13, -1, -1, -1, 15);
   const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes32)));
   const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes32 + 16)));
-  nan = _mm256_max_epu8(nan, _mm256_and_si256(_mm256_blend_epi32(lo, hi, 0xf0), _mm256_set1_epi8(0x7f)));
-  even_lo = _mm256_mul_ps(E4M3Times2PowMinus120(_mm256_shuffle_epi8(lo, even_ctrl)), scale);
-  odd_lo = _mm256_mul_ps(E4M3Times2PowMinus120(_mm256_shuffle_epi8(lo, odd_ctrl)), scale);
-  even_hi = _mm256_mul_ps(E4M3Times2PowMinus120(_mm256_shuffle_epi8(hi, even_ctrl)), scale);
-  odd_hi = _mm256_mul_ps(E4M3Times2PowMinus120(_mm256_shuffle_epi8(hi, odd_ctrl)), scale);
+  nan = _mm256_max_epu8(
+      nan, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes32)), _mm256_set1_epi8(0x7f)));
+  even_lo = E4M3Times2PowMinus120(_mm256_shuffle_epi8(lo, even_ctrl));
+  odd_lo = E4M3Times2PowMinus120(_mm256_shuffle_epi8(lo, odd_ctrl));
+  even_hi = E4M3Times2PowMinus120(_mm256_shuffle_epi8(hi, even_ctrl));
+  odd_hi = E4M3Times2PowMinus120(_mm256_shuffle_epi8(hi, odd_ctrl));
+}
+
+// The same group times `scale` (the block scale times 2^120, a normal fp32): the canonical
+// operands, exactly.
+inline void DecodeFp8Group(const uint8_t* bytes32, __m256 scale, __m256& even_lo, __m256& odd_lo, __m256& even_hi,
+                           __m256& odd_hi, __m256i& nan) {
+  DecodeFp8Codes(bytes32, even_lo, odd_lo, even_hi, odd_hi, nan);
+  even_lo = _mm256_mul_ps(even_lo, scale);
+  odd_lo = _mm256_mul_ps(odd_lo, scale);
+  even_hi = _mm256_mul_ps(even_hi, scale);
+  odd_hi = _mm256_mul_ps(odd_hi, scale);
 }
 
 // BF16 group (64 bytes, pairs in memory order): each dword holds a pair, the even member in its
@@ -331,16 +344,22 @@ constexpr int kGemmAccVectors = kGemmTriples * 2 * kGemmTileVectors;
 constexpr int kGemmAccFloats = kGemmChunkedMaxQuads * kGemmAccVectors * 8;
 
 struct Scratch {
-  float* acc;     // [kGemmChunkedMaxQuads][kGemmAccVectors][8]
-  float* panel;   // [triple][groups of the chunk][3][32]
-  float* scales;  // [kPanelN][groups], then [groups] for the FP8 group tiles
+  float* acc;       // [kGemmChunkedMaxQuads][kGemmAccVectors][8]
+  float* panel;     // [triple][groups of the chunk][3][32]
+  float* scales;    // [kPanelN][groups], then [groups] for the FP8 group tiles
+  float* scaled_x;  // FP8 group tiles: Job::xs times one row block's scales (ScaleActivations)
   Scratch(unsigned char* base, int64_t groups)
       : acc(reinterpret_cast<float*>(base)),
         panel(acc + kGemmAccFloats),
-        scales(panel + groups * kGemmPanelRows * kGroup) {}
-  static size_t Bytes(int64_t groups) {
-    return 4 * static_cast<size_t>(kGemmAccFloats + groups * (kGemmPanelRows * kGroup + kPanelN + 1));
+        scales(panel + groups * kGemmPanelRows * kGroup),
+        scaled_x(scales + PaddedFloats(groups * (kPanelN + 1))) {}
+  // `xstride`: Job::xstride (the FP8 streaming tiles' m rows of scaled activations), else 0.
+  static size_t Bytes(int64_t groups, int64_t scaled_rows, int64_t xstride) {
+    return 4 * static_cast<size_t>(kGemmAccFloats + groups * kGemmPanelRows * kGroup +
+                                   PaddedFloats(groups * (kPanelN + 1)) + scaled_rows * xstride);
   }
+  // 64-byte alignment for the aligned loads of scaled_x.
+  static constexpr int64_t PaddedFloats(int64_t n) { return (n + 15) / 16 * 16; }
 };
 
 template <MatrixFormat F>
@@ -398,13 +417,13 @@ constexpr int64_t kPrefetchBytes = 24 << 10;
 // Whole-group tiles of every format (Decode*Group; dense matrices whose rows end in a partial
 // group take the general tile) over groups [g0, g1), their accumulators loaded from and stored to
 // `acc` ([row n][activation row r][half][8]: the canonical running sums, so splitting K into
-// chunks changes no bits). FP8 rows share their block's scales; `nan_seen` is set by e4m3 NaN
+// chunks changes no bits). For FP8, `x` is the activations times the rows' block scales
+// (ScaleActivations) and the weights are decoded without them; `nan_seen` is set by e4m3 NaN
 // codes (the caller then uses the general tile). Each 64 bytes read prefetch the line
 // `prefetch_delta` bytes further.
 template <MatrixFormat F, int NR, int MR>
-[[gnu::noinline]] void GroupTile(const WeightMatrix& w, int64_t n0, const float* fp8_scales, const float* x,
-                                 int64_t xstride, int64_t g0, int64_t g1, int64_t prefetch_delta, float* acc_store,
-                                 bool& nan_seen) {
+[[gnu::noinline]] void GroupTile(const WeightMatrix& w, int64_t n0, const float* x, int64_t xstride, int64_t g0,
+                                 int64_t g1, int64_t prefetch_delta, float* acc_store, bool& nan_seen) {
   constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const uint8_t* rows[NR];
   const uint8_t* row_scales[NR];
@@ -436,7 +455,7 @@ template <MatrixFormat F, int NR, int MR>
       if constexpr (F == MatrixFormat::kFP4Row32) {
         DecodeFp4Group(group, row_scales[n][g], even_lo, odd_lo, even_hi, odd_hi);
       } else if constexpr (F == MatrixFormat::kFP8Block32) {
-        DecodeFp8Group(group, _mm256_set1_ps(fp8_scales[g]), even_lo, odd_lo, even_hi, odd_hi, nan);
+        DecodeFp8Codes(group, even_lo, odd_lo, even_hi, odd_hi, nan);
       } else if constexpr (F == MatrixFormat::kBF16) {
         DecodeBf16Group(group, even_lo, odd_lo, even_hi, odd_hi);
       } else {
@@ -484,6 +503,29 @@ constexpr int kStreamChunkedMinM = 3;
 constexpr int64_t kStreamL1Bytes = 32 << 10;  // L1 data cache of Zen 2-4; Intel's cores have 32-48 KB
 static_assert(kQuantBlock % kStreamBandRows == 0, "FP8 bands inside one scale block");
 
+// out = x times each group's scale (a power of two), for the FP8 group tiles: taking the block
+// scale out of the weights' decode saves a multiply per 8 weights and activation row, and each
+// product x * s * (code * 2^-120) is the canonical x * (code * s * 2^-120) exactly, so the FMAs
+// give the same bits, wherever x * s is exact. Returns whether it is for every element (checked
+// by scaling back: fails on overflow, on bits lost to an fp32 subnormal and on NaN).
+inline bool ScaleActivations(const float* x, int64_t m, int64_t xstride, int64_t groups, const float* scales,
+                             float* out) {
+  __m256 inexact = _mm256_setzero_ps();
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m256 scale = _mm256_set1_ps(scales[g]), back = _mm256_set1_ps(1.0f / scales[g]);
+      const int64_t at = r * xstride + g * kGroup;
+#pragma GCC unroll 4
+      for (int i = 0; i < kGroup; i += 8) {
+        const __m256 v = _mm256_load_ps(x + at + i), scaled = _mm256_mul_ps(v, scale);
+        inexact = _mm256_or_ps(inexact, _mm256_cmp_ps(_mm256_mul_ps(scaled, back), v, _CMP_NEQ_UQ));
+        _mm256_store_ps(out + at + i, scaled);
+      }
+    }
+  }
+  return _mm256_movemask_ps(inexact) == 0;
+}
+
 template <MatrixFormat F, int MR>
 void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   // FP8 at M = 1 takes 2 rows: with 4, its decode's constants and 8 accumulators overflow the 16
@@ -511,8 +553,9 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
                                      : kStreamBandRows * w.row_bytes() + (ahead_chunks - chunks) * chunk_bytes;
   };
   float out[MR][4];
-  int64_t fp8_block = -1;    // the row block whose scales s.scales holds (x 2^120)
-  bool fp8_grouped = false;  // whether that block's scales suit the group tile
+  int64_t fp8_block = -1;    // the row block whose scales s.scaled_x holds
+  bool fp8_grouped = false;  // whether that block suits the group tile
+  const float* tile_x = F == MatrixFormat::kFP8Block32 ? s.scaled_x : job.xs;
   for (int64_t band = n_begin; band < n_end;) {
     const int64_t band_end = std::min(n_end, band + kStreamBandRows - band % kStreamBandRows);
     // (Dense rows may end in a partial group, which only the general decoder pads.)
@@ -523,23 +566,26 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
         const uint8_t* bytes = w.scales + fp8_block * w.scale_cols();
         fp8_grouped = true;
         for (int64_t g = 0; g < groups; ++g) fp8_grouped &= bytes[g] <= kFp8GroupTileMaxScaleByte;
-        ScalesOf(bytes, groups, 0x1p120f, s.scales + kPanelN * groups);
+        if (fp8_grouped) {
+          float* scales = s.scales + kPanelN * groups;
+          ScalesOf(bytes, groups, 0x1p120f, scales);
+          fp8_grouped = ScaleActivations(job.xs, MR, xstride, groups, scales, s.scaled_x);
+        }
       }
       general = general || !fp8_grouped;
     }
     if (!general) {
       bool nan_seen = false;
-      const float* fp8_scales = s.scales + kPanelN * groups;
       std::memset(s.acc, 0, sizeof(float) * (band_end - band) * MR * 2 * 8);
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t g0 = c * chunk_groups, g1 = std::min(groups, g0 + chunk_groups), delta = prefetch_delta(c);
         for (int64_t n = band; n < band_end;) {
           float* acc = s.acc + (n - band) * MR * 2 * 8;
           if (band_end - n >= kNR) {
-            GroupTile<F, kNR, MR>(w, n, fp8_scales, job.xs, xstride, g0, g1, delta, acc, nan_seen);
+            GroupTile<F, kNR, MR>(w, n, tile_x, xstride, g0, g1, delta, acc, nan_seen);
             n += kNR;
           } else {
-            GroupTile<F, 1, MR>(w, n, fp8_scales, job.xs, xstride, g0, g1, delta, acc, nan_seen);
+            GroupTile<F, 1, MR>(w, n, tile_x, xstride, g0, g1, delta, acc, nan_seen);
             n += 1;
           }
         }
@@ -773,7 +819,10 @@ struct Avx2 {
     for (; i < count; ++i) mn = std::min<int>(mn, s[i]), mx = std::max<int>(mx, s[i]);
     return {mn - 127, mx - 127};
   }
-  static size_t ScratchBytes(MatrixFormat, int64_t groups, int64_t) { return Scratch::Bytes(groups); }
+  static size_t ScratchBytes(MatrixFormat f, int64_t groups, int64_t m) {
+    const bool scaled = f == MatrixFormat::kFP8Block32 && m <= kAvx2StreamMaxM;
+    return Scratch::Bytes(groups, scaled ? m : 0, groups * kGroup + kActivationRowPad);
+  }
   static bool UsesPairs(MatrixFormat, int64_t, Bf16Dot) { return false; }  // no vdpbf16ps
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
     Scratch s(scratch, job.groups);
