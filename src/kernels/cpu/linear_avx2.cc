@@ -362,6 +362,11 @@ struct Scratch {
   static constexpr int64_t PaddedFloats(int64_t n) { return (n + 15) / 16 * 16; }
 };
 
+// Half h of row triple t in a panel holding `chunk` groups ([triple][half][group][row][16]).
+inline float* PanelHalf(float* panel, int64_t chunk, int t, int h) {
+  return panel + (t * 2 + h) * chunk * kGemmTileRows * 16;
+}
+
 template <MatrixFormat F>
 void LoadRowSet(const WeightMatrix& w, int64_t n0, int nr, int64_t groups, const Scratch& s, RowSet& rs) {
   const int64_t row_bytes = MatrixRowBytes(F, w.cols);
@@ -673,10 +678,11 @@ void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int n
   constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const int64_t chunk = g1 - g0;
   for (int i = 0; i < kGemmPanelRows; ++i) {
-    float* first = s.panel + ((i / kGemmTileRows) * chunk * kGemmTileRows * 2 + i % kGemmTileRows) * 16;
+    float* first_lo = PanelHalf(s.panel, chunk, i / kGemmTileRows, 0) + i % kGemmTileRows * 16;
+    float* first_hi = PanelHalf(s.panel, chunk, i / kGemmTileRows, 1) + i % kGemmTileRows * 16;
     const auto store = [&](int64_t g, __m256 even_lo, __m256 odd_lo, __m256 even_hi, __m256 odd_hi) {
-      float* lo = first + (g - g0) * kGemmTileRows * 16;
-      float* hi = lo + chunk * kGemmTileRows * 16;
+      float* lo = first_lo + (g - g0) * kGemmTileRows * 16;
+      float* hi = first_hi + (g - g0) * kGemmTileRows * 16;
       _mm256_store_ps(lo, even_lo);
       _mm256_store_ps(lo + 8, odd_lo);
       _mm256_store_ps(hi, even_hi);
@@ -773,11 +779,10 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
         for (int64_t g0 = 0; g0 < c1 - c0; g0 += kGemmKGroups) {
           const int64_t g1 = std::min(c1 - c0, g0 + kGemmKGroups);
           for (int t = 0; t < triples; ++t) {
-            const float* triple = s.panel + t * (c1 - c0) * kGemmTileRows * kGroup;
             // The last quad may hold fewer rows: a 1-3 row tile.
             WithCount<1, kPanelM>(rows, "AVX2 GEMM tile rows", [&]<int MR>() {
               for (int h = 0; h < 2; ++h) {
-                GemmTile<MR>(triple + h * (c1 - c0) * kGemmTileRows * 16, h, x, xstride, g0, g1, acc_of(q, t, h));
+                GemmTile<MR>(PanelHalf(s.panel, c1 - c0, t, h), h, x, xstride, g0, g1, acc_of(q, t, h));
               }
             });
           }
@@ -826,7 +831,7 @@ struct Avx2 {
   }
   static size_t ScratchBytes(MatrixFormat f, int64_t groups, int64_t m) {
     const bool scaled = f == MatrixFormat::kFP8Block32 && m <= kAvx2StreamMaxM;
-    return Scratch::Bytes(groups, scaled ? m : 0, groups * kGroup + kActivationRowPad);
+    return Scratch::Bytes(groups, scaled ? m : 0, linear_simd::Driver<Avx2>::FloatsStride(groups));
   }
   static bool UsesPairs(MatrixFormat, int64_t, Bf16Dot) { return false; }  // no vdpbf16ps
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {

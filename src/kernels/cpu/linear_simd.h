@@ -247,6 +247,14 @@ class Driver {
              pool, scratch, [](size_t, size_t) {});
   }
 
+  // Row strides of the activations: fp32 rows padded by the Isa's kActivationRowPad (64-byte
+  // aligned), bf16 pair rows as they are.
+  static int64_t FloatsStride(int64_t groups) {
+    static_assert(Isa::kActivationRowPad % 16 == 0, "rows stay 64-byte aligned");
+    return groups * kGroup + Isa::kActivationRowPad;
+  }
+  static int64_t PairsStride(int64_t groups) { return groups * (kGroup / 2); }
+
  private:
   // The ThreadScratch slots of a call: the caller's activations, pairs and scale ranges; each
   // thread's tile scratch.
@@ -342,14 +350,6 @@ class Driver {
       after(begin, end);
     });
   }
-
-  // Row strides of the activations: fp32 rows padded by the Isa's kActivationRowPad (64-byte
-  // aligned), bf16 pair rows as they are.
-  static int64_t FloatsStride(int64_t groups) {
-    static_assert(Isa::kActivationRowPad % 16 == 0, "rows stay 64-byte aligned");
-    return groups * kGroup + Isa::kActivationRowPad;
-  }
-  static int64_t PairsStride(int64_t groups) { return groups * (kGroup / 2); }
 
   // Small matrices run on fewer threads (ThreadPool::kMinBytesPerPart): a row costs its weight
   // bytes once per streaming tile's worth of activation rows.
