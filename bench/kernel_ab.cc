@@ -172,7 +172,9 @@ struct Copies {
       WeightMatrix w = shape;
       w.data = data.get() + c * stride;
       w.scales = scale_bytes > 0 ? scales.get() + c * scale_bytes : nullptr;
-      if (o.format == MatrixFormat::kBF16) w.bf16_exponents = ScanBf16Exponents(w);  // as the loader does
+      // What the loader finds: the exponent range of a BF16 matrix, whether an FP8 one holds NaN codes.
+      if (o.format == MatrixFormat::kBF16) w.bf16_exponents = ScanBf16Exponents(w);
+      if (o.format == MatrixFormat::kFP8Block32) w.fp8_nan_free = ScanFp8NanFree(w);
       matrices.push_back(w);
     }
     bytes_each = static_cast<uint64_t>(payload + scale_bytes);

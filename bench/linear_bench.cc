@@ -268,8 +268,10 @@ struct Weights {
     for (int64_t c = 0; c < count; ++c) {
       copies.push_back(WeightMatrix{f, n, k, data + c * stride + offset,
                                     scales.empty() ? nullptr : scales.data() + c * scale_bytes});
-      // As the model loader does: the exponent range lets dense BF16 calls run on vdpbf16ps.
+      // As the model loader does: the exponent range lets dense BF16 calls run on vdpbf16ps, and
+      // FP8 matrices without NaN codes spare the AVX2 tiles their check.
       if (f == MatrixFormat::kBF16) copies.back().bf16_exponents = ScanBf16Exponents(copies.back());
+      if (f == MatrixFormat::kFP8Block32) copies.back().fp8_nan_free = ScanFp8NanFree(copies.back());
       if (interleave) {
         interleaved_copies.emplace_back(InterleavedTiles::Bytes(f, n, k));
         copies.back().interleaved = Interleave(copies.back(), interleaved_copies.back().data());

@@ -61,6 +61,22 @@ Bf16Exponents ScanBf16Exponents(const WeightMatrix& w) {
   return {true, lo - 127, hi - 127};
 }
 
+bool ScanFp8NanFree(const WeightMatrix& w) {
+  DI_CHECK(w.format == MatrixFormat::kFP8Block32, "ScanFp8NanFree needs an FP8 matrix");
+  // Eight codes at a time: a byte's low 7 bits are all ones exactly when adding 1 to them carries
+  // into its bit 7, and no carry crosses into the next byte.
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full, kOnes = 0x0101010101010101ull, kBit7 = 0x8080808080808080ull;
+  const uint64_t count = static_cast<uint64_t>(w.rows) * static_cast<uint64_t>(w.cols);
+  uint64_t nan = 0, i = 0;
+  for (; i + 8 <= count; i += 8) {
+    uint64_t codes;
+    std::memcpy(&codes, w.data + i, 8);
+    nan |= ((codes & kLow7) + kOnes) & kBit7;
+  }
+  for (; i < count; ++i) nan |= (w.data[i] & 0x7fu) == 0x7fu ? 1u : 0u;
+  return nan == 0;
+}
+
 uint64_t WeightMatrix::bytes() const {
   if (empty()) return 0;
   return static_cast<uint64_t>(rows * row_bytes() + scale_rows() * scale_cols());

@@ -138,6 +138,10 @@ struct WeightMatrix {
   const uint8_t* scales = nullptr;    // ue8m0 bytes, quantized formats only
   InterleavedTiles interleaved = {};  // FP8/FP4/BF16 only, optional
   Bf16Exponents bf16_exponents = {};  // BF16 only, optional (of a superset of the rows in a slice)
+  // FP8 only, optional: true when no code is an e4m3 NaN (0x7f / 0xff), found by one pass at load
+  // time (ScanFp8NanFree; of a superset of the rows in a slice). The AVX2 tiles, whose decode turns
+  // those codes into finite numbers, then skip looking for them; false: unknown, or NaN codes.
+  bool fp8_nan_free = false;
 
   bool empty() const { return data == nullptr; }
   bool quantized() const { return format == MatrixFormat::kFP8Block32 || format == MatrixFormat::kFP4Row32; }
@@ -170,6 +174,9 @@ struct WeightMatrix {
 
 // One pass over a BF16 matrix's elements (an all-zero matrix gets {true, 0, 0}).
 Bf16Exponents ScanBf16Exponents(const WeightMatrix& w);
+
+// One pass over an FP8 matrix's codes: whether none of them is an e4m3 NaN (0x7f / 0xff).
+bool ScanFp8NanFree(const WeightMatrix& w);
 
 // Writes the interleaved copy of `w` (FP8 or FP4 with K a multiple of 32, in place) to `out`,
 // which holds InterleavedTiles::Bytes(w.format, w.rows, w.cols) bytes, and returns its descriptor.

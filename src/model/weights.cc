@@ -201,10 +201,12 @@ class Binder {
     return m;
   }
   // A matrix the forward multiplies by (not a table it gathers rows from): a BF16 one also gets
-  // its exponent range, which lets the AVX-512 kernels run it on vdpbf16ps.
+  // its exponent range, which lets the AVX-512 kernels run it on vdpbf16ps, and an FP8 one whether
+  // it holds NaN codes, which the AVX2 tiles otherwise look for in every group.
   WeightMatrix LinearMatrix(const std::string& name) const {
     WeightMatrix m = Matrix(name);
     if (m.format == MatrixFormat::kBF16) m.bf16_exponents = ScanBf16Exponents(m);
+    if (m.format == MatrixFormat::kFP8Block32) m.fp8_nan_free = ScanFp8NanFree(m);
     return m;
   }
 

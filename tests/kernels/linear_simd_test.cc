@@ -675,11 +675,18 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
     if (c.nan_codes) {
       for (int64_t i = 0; i < 6; ++i) w.data[5 + (i * 7919) % (c.n * c.k)] = i % 2 == 0 ? 0x7f : 0xff;
     }
-    // 9 and 14: the AVX2 chunked panels with a partial last quad; 37: its whole-K panels.
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 37}) {
-      ExpectEveryTargetGives(w.w, x, m, c.dense, CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense),
-                             "format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
-                                 " M=" + std::to_string(m));
+    // FP8 without NaN codes also runs as the loader marks it (WeightMatrix::fp8_nan_free: the AVX2
+    // tiles without their NaN check).
+    const bool scanned_nan_free = c.format == MatrixFormat::kFP8Block32 && ScanFp8NanFree(w.w);
+    if (c.format == MatrixFormat::kFP8Block32 && !c.dense) EXPECT_EQ(scanned_nan_free, !c.nan_codes);
+    for (const bool nan_free : scanned_nan_free ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      w.w.fp8_nan_free = nan_free;
+      // 9 and 14: the AVX2 chunked panels with a partial last quad; 37: its whole-K panels.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 37}) {
+        ExpectEveryTargetGives(w.w, x, m, c.dense, CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense),
+                               "format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
+                                   (nan_free ? " nan-free" : "") + " M=" + std::to_string(m));
+      }
     }
   }
 }
@@ -834,6 +841,25 @@ TEST(LinearSimd, ScanBf16ExponentsFindsTheNonzeroRangeAndRefusesSpecialValues) {
   EXPECT_FALSE(scan({1.0f, 0x1p-130f}).known);  // subnormal
   EXPECT_FALSE(scan({1.0f, INFINITY}).known);
   EXPECT_FALSE(scan({1.0f, std::nanf("")}).known);
+}
+
+TEST(LinearSimd, ScanFp8NanFreeFindsEveryNanCode) {
+  // 8-byte words and a tail: a NaN code at the first, a middle and the last byte of either.
+  const auto scan = [](int64_t n, int64_t k, int64_t at, uint8_t code) {
+    std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i * 37) % 256) & 0xf7;  // no NaN
+    if (at >= 0) codes[static_cast<size_t>(at)] = code;
+    return ScanFp8NanFree(WeightMatrix{MatrixFormat::kFP8Block32, n, k, codes.data()});
+  };
+  EXPECT_TRUE(scan(3, 37, -1, 0));
+  for (const uint8_t code : {uint8_t{0x7f}, uint8_t{0xff}}) {
+    for (const int64_t at : {0, 7, 8, 60, 103, 104, 110})
+      EXPECT_FALSE(scan(3, 37, at, code)) << int{code} << " at " << at;
+  }
+  // The codes next to NaN are numbers: 448, -448, and the largest subnormal-exponent codes.
+  for (const uint8_t code : {uint8_t{0x7e}, uint8_t{0xfe}, uint8_t{0x80}, uint8_t{0x77}, uint8_t{0xf7}}) {
+    EXPECT_TRUE(scan(3, 37, 110, code)) << int{code};
+  }
 }
 
 // ---- the interleaved copy ---------------------------------------------------------------------

@@ -36,7 +36,7 @@ REQUIRED = {
     "AVX2 GEMM tiles": re.compile(r"^GemmTile<"),
     # FP8's decode needs 6-7 registers: at 2 x 2 and 1 x 5-6 its tiles spill a few accumulators
     # (reported below; still faster than the panels there).
-    "AVX2 streaming group tiles": re.compile(r"^GroupTile<((FP4Row32|BF16|F32), \d, \d|FP8Block32, (1, [1-4]|2, 1))>"),
+    "AVX2 streaming group tiles": re.compile(r"^GroupTile<((FP4Row32|BF16|F32), \d, \d|FP8Block32, (1, [1-4]|2, 1))(, (true|false))?>"),
     "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads|WeightedSumColumns)<"),
 }
 # Families checked over the whole function, not only its innermost loops.

@@ -6,8 +6,12 @@
 #include <cstring>
 #include <random>
 
+#include "io/model_config.h"
+#include "io/safetensors.h"
 #include "model/cpu_forward.h"
 #include "model/golden_support.h"
+#include "model/model.h"
+#include "model/weights.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -152,6 +156,28 @@ TEST(BatchInvariance, StepThreadsDoNotChangeBits) {
                                                             : stats.serial_steps);
     EXPECT_EQ(stats.probes > 0, way == Way::kChoose);
   }
+}
+
+// The binder's load-time scans travel with the matrices: the head's bf16 exponent range, and
+// every FP8 linear marked free of NaN codes (the generator writes none), which spares the AVX2
+// tiles their check in every group; the forwards above run on them.
+TEST(BatchInvariance, BoundLinearsCarryTheirLoadTimeScans) {
+  const std::string dir = ModelDir("tiny-a");
+  const Checkpoint checkpoint = Checkpoint::Open(dir);
+  const ModelWeights weights = BindWeights(LoadModelConfig(dir), checkpoint, dir);
+  EXPECT_TRUE(weights.head.format != MatrixFormat::kBF16 || weights.head.bf16_exponents.known);
+  int fp8 = 0;
+  for (const LayerWeights& layer : weights.layers) {
+    const AttentionWeights& a = layer.attn;
+    const ExpertWeights& shared = layer.ffn.shared;
+    for (const WeightMatrix* w :
+         {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.indexer_wq_b, &shared.w1, &shared.w2, &shared.w3}) {
+      if (w->format != MatrixFormat::kFP8Block32) continue;
+      ++fp8;
+      EXPECT_TRUE(w->fp8_nan_free);
+    }
+  }
+  EXPECT_GT(fp8, 0) << "tiny-a has FP8 linears";
 }
 
 }  // namespace
