@@ -286,9 +286,10 @@ inline void DecodeFp8Codes(const uint8_t* bytes32, __m256& even_lo, __m256& odd_
 
 // The same group times `scale` (the block scale times 2^120, a normal fp32): the canonical
 // operands, exactly.
+template <bool kNanCheck = true>
 inline void DecodeFp8Group(const uint8_t* bytes32, __m256 scale, __m256& even_lo, __m256& odd_lo, __m256& even_hi,
                            __m256& odd_hi, __m256i& nan) {
-  DecodeFp8Codes(bytes32, even_lo, odd_lo, even_hi, odd_hi, nan);
+  DecodeFp8Codes<kNanCheck>(bytes32, even_lo, odd_lo, even_hi, odd_hi, nan);
   even_lo = _mm256_mul_ps(even_lo, scale);
   odd_lo = _mm256_mul_ps(odd_lo, scale);
   even_hi = _mm256_mul_ps(even_hi, scale);
@@ -718,13 +719,21 @@ void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int n
       for (int64_t g = g0; g < g1 && !general; ++g) general = scale_bytes[g] > kFp8GroupTileMaxScaleByte;
       if (!general) {
         __m256i nan = _mm256_setzero_si256();
-        for (int64_t g = g0; g < g1; ++g) {
-          const float scale = std::bit_cast<float>(static_cast<uint32_t>(scale_bytes[g]) << 23) * 0x1p120f;
-          __m256 even_lo, odd_lo, even_hi, odd_hi;
-          DecodeFp8Group(data + g * kGroupBytes, _mm256_set1_ps(scale), even_lo, odd_lo, even_hi, odd_hi, nan);
-          store(g, even_lo, odd_lo, even_hi, odd_hi);
+        const auto decode = [&]<bool kNanCheck>() {
+          for (int64_t g = g0; g < g1; ++g) {
+            const float scale = std::bit_cast<float>(static_cast<uint32_t>(scale_bytes[g]) << 23) * 0x1p120f;
+            __m256 even_lo, odd_lo, even_hi, odd_hi;
+            DecodeFp8Group<kNanCheck>(data + g * kGroupBytes, _mm256_set1_ps(scale), even_lo, odd_lo, even_hi, odd_hi,
+                                      nan);
+            store(g, even_lo, odd_lo, even_hi, odd_hi);
+          }
+        };
+        if (w.fp8_nan_free) {
+          decode.template operator()<false>();
+        } else {
+          decode.template operator()<true>();
+          general = Fp8NanSeen(nan);
         }
-        general = Fp8NanSeen(nan);
       }
     } else if (!general) {
       for (int64_t g = g0; g < g1; ++g) {
