@@ -330,7 +330,7 @@ inline void ScalesOf(const uint8_t* s, int64_t groups, float extra, float* out) 
 // chains, the fewest that keep both FMA pipes busy at Zen 3's FMA latency (8 chains reach ~1.4 FMA
 // per cycle, 12 reach 2), with 3 weight and 1 activation register besides. A panel holds 4 such
 // row triples (fp32, triple- and half-major so that a tile streams contiguous memory). With up to
-// kGemmChunkedMaxQuads activation quads it holds kGemmChunkGroups groups at a time (12 KB, L1)
+// kGemmChunkedMaxQuads activation quads it holds kGemmChunkGroups groups at a time (24 KB, L1)
 // and every quad's tiles run over that chunk; with more (prefill) it holds the whole K (240 KB at
 // K = 5120) and a quad's tiles run kGemmKGroups groups before their accumulators go back to the
 // tile store, so the activation rows' k-block (4 x 32 groups x 128 bytes) stays in L1.
@@ -338,10 +338,14 @@ constexpr int kGemmTileRows = 3;  // panel rows per register tile
 constexpr int kGemmTriples = 4;
 constexpr int kGemmPanelRows = kGemmTileRows * kGemmTriples;
 constexpr int64_t kGemmKGroups = 32;
-// 12 rows x 8 groups: 12 KB of panel, besides 16 KB of activations and 12 KB of accumulators at
-// 4 quads. Measured (Zen 4, one thread hot): chunks of 8 and 16 groups alike, 32 10% slower.
+// 12 rows x 16 groups: 24 KB of panel, besides the quad at work's 8 KB of activations (the
+// others' accumulators wait in the tile store). Fewer groups pay a tile call (12 accumulator loads
+// and stores) per fewer FMAs: on Zen 3 (kernel_ab, 2 threads, weights from DRAM) 16 groups against
+// 8 took FP8 5120 x 8192 at M = 8 / 16 to 0.88 / 0.90 of the time, FP4 2304 x 5120 to 0.93 / 0.94,
+// FP8 32768 x 1280 at M = 12 to 0.89, the BF16 head at M = 16 even; 32 groups gave FP8 another
+// 3-5% and FP4 0-4% back. (Zen 4, one thread hot: 8 and 16 alike, 32 10% slower.)
 constexpr int64_t kGemmChunkedMaxQuads = 4;
-constexpr int64_t kGemmChunkGroups = 8;
+constexpr int64_t kGemmChunkGroups = 16;
 // Accumulators of one activation quad against one panel: [triple][half][4 x 3] vectors.
 constexpr int kGemmTileVectors = 4 * kGemmTileRows;
 constexpr int kGemmAccVectors = kGemmTriples * 2 * kGemmTileVectors;
