@@ -517,15 +517,19 @@ constexpr int kFp8GroupTileMaxScaleByte = 134;
 
 // Where the activation rows outgrow L1 (M x K x 4 bytes > kStreamL1Bytes) from 3 rows on, the
 // group tiles run over bands of kStreamBandRows weight rows a chunk of kStreamChunkBytes of each
-// row at a time (FP4 32 groups, FP8 16, BF16 8), so that the activations' chunk stays in L1 for
+// row at a time (FP4 and FP8 32 groups, BF16 8), so that the activations' chunk stays in L1 for
 // the band: run over whole rows, every row read all M activation rows from L2 (M x 20 KB at
 // K = 5120), which held M = 3-6 to 39-45 GFLOP/s a core where the bands give 49-60 (Zen 4, AVX2
 // code, one thread hot). Chunks of 16 groups for every format measured the same for FP8, and up to
 // 20% (BF16) and 8% (FP4) slower streaming from DRAM at M = 3-4. Where the activations fit
 // (K = 1280), or at M = 1-2, the bands cost 2-12% (the accumulators' loads and stores), and the
-// tiles run over whole rows.
+// tiles run over whole rows. FP8 takes 1 KB (32 groups): on Zen 3 (kernel_ab, 2 threads, weights
+// from DRAM, against 512 bytes) wo_b at M = 3 / 4 / 5 / 6 0.98 / 0.89 / 0.87 / 0.93 of the time,
+// the Engram wkv 25600 x 6144 at M = 4 0.85, the shared experts 0.92-1.02; 2 KB 1.04-1.28. FP4 at
+// 1 KB (64 groups): 1.11 at M = 4.
 constexpr int64_t kStreamBandRows = 16;
-constexpr int64_t kStreamChunkBytes = 512;
+template <MatrixFormat F>
+constexpr int64_t kStreamChunkBytes = F == MatrixFormat::kFP8Block32 ? 1024 : 512;
 constexpr int kStreamChunkedMinM = 3;
 constexpr int64_t kStreamL1Bytes = 32 << 10;  // L1 data cache of Zen 2-4; Intel's cores have 32-48 KB
 static_assert(kQuantBlock % kStreamBandRows == 0, "FP8 bands inside one scale block");
@@ -564,7 +568,7 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   const Decoder<F> dec{w.cols};
   const int64_t groups = job.groups, xstride = job.xstride;
   const bool chunked = MR >= kStreamChunkedMinM && MR * xstride * static_cast<int64_t>(sizeof(float)) > kStreamL1Bytes;
-  const int64_t chunk_groups = chunked ? kStreamChunkBytes / kGroupBytes : groups;
+  const int64_t chunk_groups = chunked ? kStreamChunkBytes<F> / kGroupBytes : groups;
   const int64_t chunks = (groups + chunk_groups - 1) / chunk_groups;
   const int64_t chunk_bytes = chunk_groups * kGroupBytes;
   // Prefetch about kPrefetchBytes of the reads ahead: whole tiles ahead where the tiles run over
