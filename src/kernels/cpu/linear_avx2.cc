@@ -333,11 +333,14 @@ inline void ScalesOf(const uint8_t* s, int64_t groups, float extra, float* out) 
 // kGemmChunkedMaxQuads activation quads it holds kGemmChunkGroups groups at a time (24 KB, L1)
 // and every quad's tiles run over that chunk; with more (prefill) it holds the whole K (240 KB at
 // K = 5120) and a quad's tiles run kGemmKGroups groups before their accumulators go back to the
-// tile store, so the activation rows' k-block (4 x 32 groups x 128 bytes) stays in L1.
+// tile store, so the activation rows' k-block (4 x 24 groups x 128 bytes) stays in L1.
 constexpr int kGemmTileRows = 3;  // panel rows per register tile
 constexpr int kGemmTriples = 4;
 constexpr int kGemmPanelRows = kGemmTileRows * kGemmTriples;
-constexpr int64_t kGemmKGroups = 32;
+// 24 against 32 groups (kernel_ab, Zen 3, 2 threads, M = 192-512, two runs): FP8 5120 x 8192
+// 0.90-0.98 of the time, 32768 x 1280 0.95, FP4 2304 x 5120 0.96-0.99 and 5120 x 2304 0.97, BF16
+// 8192 x 5120 0.99; 16 groups 0.96-1.01, 8 groups 1.03-1.13, 64 groups 1.32-1.42.
+constexpr int64_t kGemmKGroups = 24;
 // 12 rows x 16 groups: 24 KB of panel, besides the quad at work's 8 KB of activations (the
 // others' accumulators wait in the tile store). Fewer groups pay a tile call (12 accumulator loads
 // and stores) per fewer FMAs: on Zen 3 (kernel_ab, 2 threads, weights from DRAM) 16 groups against
