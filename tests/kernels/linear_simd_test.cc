@@ -678,7 +678,9 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
     // FP8 without NaN codes also runs as the loader marks it (WeightMatrix::fp8_nan_free: the AVX2
     // tiles without their NaN check).
     const bool scanned_nan_free = c.format == MatrixFormat::kFP8Block32 && ScanFp8NanFree(w.w);
-    if (c.format == MatrixFormat::kFP8Block32 && !c.dense) EXPECT_EQ(scanned_nan_free, !c.nan_codes);
+    if (c.format == MatrixFormat::kFP8Block32 && !c.dense) {
+      EXPECT_EQ(scanned_nan_free, !c.nan_codes);
+    }
     for (const bool nan_free : scanned_nan_free ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       w.w.fp8_nan_free = nan_free;
       // 9 and 14: the AVX2 chunked panels with a partial last quad; 37: its whole-K panels.
