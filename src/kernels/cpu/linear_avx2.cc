@@ -531,11 +531,17 @@ constexpr int kFp8GroupTileMaxScaleByte = 134;
 // the Engram wkv 25600 x 6144 at M = 4 0.85, the shared experts 0.92-1.02; 2 KB 1.04-1.28. FP4 at
 // 1 KB (64 groups): 1.11 at M = 4.
 constexpr int64_t kStreamBandRows = 16;
+// Chunked FP8 bands hold 8 rows (8 KB of weights a chunk beside the activations' 16 KB at M = 4):
+// on Zen 3 (kernel_ab, against 16) wo_b at M = 3 / 4 / 5 / 6 0.956 / 0.887 / 0.890 / 0.965, Engram
+// wkv at M = 4 0.862, the shared experts 0.86-0.99. FP4 at 8 rows was 1.06, BF16 0.99.
+constexpr int64_t kStreamFp8ChunkedBandRows = 8;
+static_assert(kStreamBandRows % kStreamFp8ChunkedBandRows == 0);
 template <MatrixFormat F>
 constexpr int64_t kStreamChunkBytes = F == MatrixFormat::kFP8Block32 ? 1024 : 512;
 constexpr int kStreamChunkedMinM = 3;
 constexpr int64_t kStreamL1Bytes = 32 << 10;  // L1 data cache of Zen 2-4; Intel's cores have 32-48 KB
-static_assert(kQuantBlock % kStreamBandRows == 0, "FP8 bands inside one scale block");
+static_assert(kQuantBlock % kStreamBandRows == 0 && kQuantBlock % kStreamFp8ChunkedBandRows == 0,
+              "FP8 bands inside one scale block");
 
 // out = x times each group's scale (a power of two), for the FP8 group tiles: taking the block
 // scale out of the weights' decode saves a multiply per 8 weights and activation row, and each
@@ -574,24 +580,25 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   const int64_t chunk_groups = chunked ? kStreamChunkBytes<F> / kGroupBytes : groups;
   const int64_t chunks = (groups + chunk_groups - 1) / chunk_groups;
   const int64_t chunk_bytes = chunk_groups * kGroupBytes;
+  const int64_t band_rows = chunked && F == MatrixFormat::kFP8Block32 ? kStreamFp8ChunkedBandRows : kStreamBandRows;
   // Prefetch about kPrefetchBytes of the reads ahead: whole tiles ahead where the tiles run over
   // whole rows, else later chunks of the same rows, and in the last chunks the first ones of the
   // next band's rows.
   const int64_t tile_bytes = kNR * w.row_bytes();
   const int64_t ahead_tiles = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes);
   const int64_t ahead_chunks =
-      std::max<int64_t>(1, (kPrefetchBytes + kStreamBandRows * chunk_bytes - 1) / (kStreamBandRows * chunk_bytes));
+      std::max<int64_t>(1, (kPrefetchBytes + band_rows * chunk_bytes - 1) / (band_rows * chunk_bytes));
   const auto prefetch_delta = [&](int64_t c) {
     if (chunks == 1) return ahead_tiles * tile_bytes;
     return c + ahead_chunks < chunks ? ahead_chunks * chunk_bytes
-                                     : kStreamBandRows * w.row_bytes() + (ahead_chunks - chunks) * chunk_bytes;
+                                     : band_rows * w.row_bytes() + (ahead_chunks - chunks) * chunk_bytes;
   };
   float out[MR][4];
   int64_t fp8_block = -1;    // the row block whose scales s.scaled_x holds
   bool fp8_grouped = false;  // whether that block suits the group tile
   const float* tile_x = F == MatrixFormat::kFP8Block32 ? s.scaled_x : job.xs;
   for (int64_t band = n_begin; band < n_end;) {
-    const int64_t band_end = std::min(n_end, band + kStreamBandRows - band % kStreamBandRows);
+    const int64_t band_end = std::min(n_end, band + band_rows - band % band_rows);
     // (Dense rows may end in a partial group, which only the general decoder pads.)
     bool general = w.cols % kGroup != 0;
     if constexpr (F == MatrixFormat::kFP8Block32) {
