@@ -10,7 +10,6 @@
 // Weights are in place (no interleaved copy); cold unless --hot (copies filling 1 GiB, cycled).
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/numeric.h"
+#include "bench_operands.h"
 #include "core/thread_pool.h"
 #include "core/thread_scratch.h"
 #include "io/weight_matrix.h"
@@ -139,22 +138,19 @@ Options Parse(int argc, char** argv) {
   return o;
 }
 
-uint64_t SplitMix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using bench::SplitMix;
 
-// `count` copies of one random matrix: every byte pattern of the format except FP8's NaN codes
-// (which send a tile to the general decoder), scales 2^-7..2^-3, BF16 values near 2^-7.
+// Copies of one random matrix (one with --hot, else enough to fill kColdBytes): every byte pattern
+// of the format except FP8's NaN codes (which send a tile to the general decoder), scales
+// 2^-7..2^-3, BF16 values near 2^-7.
 struct Copies {
   std::unique_ptr<uint8_t[]> data, scales;
   std::vector<WeightMatrix> matrices;
   uint64_t bytes_each = 0;  // payload plus scales
 
-  Copies(const Options& o, int64_t count) {
+  explicit Copies(const Options& o) {
     const int64_t payload = MatrixRowBytes(o.format, o.k) * o.n;
+    const int64_t count = o.hot ? 1 : std::max<int64_t>(2, static_cast<int64_t>(kColdBytes) / payload);
     const WeightMatrix shape{o.format, o.n, o.k};
     const int64_t scale_bytes = shape.scale_rows() * shape.scale_cols();
     const int64_t stride = (payload + 63) / 64 * 64;
@@ -164,7 +160,7 @@ struct Copies {
     for (int64_t i = 0; i + 8 <= stride * count; i += 8) {
       uint64_t v = SplitMix(seed);
       if (o.format == MatrixFormat::kFP8Block32) v &= 0xf7f7f7f7f7f7f7f7ull;  // exponent 1111 never: no NaN
-      if (o.format == MatrixFormat::kBF16) v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;
+      if (o.format == MatrixFormat::kBF16) v = bench::Bf16Weights(v);
       std::memcpy(data.get() + i, &v, 8);
     }
     for (int64_t i = 0; i < scale_bytes * count; ++i) scales[i] = static_cast<uint8_t>(120 + SplitMix(seed) % 5);
@@ -190,16 +186,9 @@ double Quantile(std::vector<double> v, double q) {
 
 int Main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
-  const uint64_t matrix_bytes = MatrixRowBytes(o.format, o.k) * static_cast<uint64_t>(o.n);
-  const int64_t count = o.hot ? 1 : std::max<int64_t>(2, static_cast<int64_t>(kColdBytes / matrix_bytes));
-  const Copies copies(o, count);
-  std::vector<float> x(static_cast<size_t>(o.m * o.k));
-  uint64_t seed = 7;
-  for (float& v : x) {  // bf16-exact, magnitudes varying per 32-block
-    const uint64_t r = SplitMix(seed);
-    v = RoundToBF16((static_cast<float>(r & 0xffff) / 32768.0f - 1.0f) *
-                    std::ldexp(1.0f, static_cast<int>((r >> 16) % 7) - 3));
-  }
+  const Copies copies(o);
+  const int64_t count = static_cast<int64_t>(copies.matrices.size());
+  const std::vector<float> x = bench::Activations(o.m, o.k);
   std::vector<float> y_a(static_cast<size_t>(o.m * o.n)), y_b(y_a.size());
   ThreadPool pool(o.threads);
   ThreadScratch scratch_a(o.threads), scratch_b(o.threads);

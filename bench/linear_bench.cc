@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_operands.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "io/weight_matrix.h"
@@ -201,12 +202,8 @@ BENCHMARK(BM_ParallelForWakeup)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // ---- operands -------------------------------------------------------------------------------------
 
-uint64_t SplitMix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using bench::Activations;
+using bench::SplitMix;
 
 // Eight e4m3 codes of N(0, 1) * 448 / 4 values, as a checkpoint's blocks hold them (amax near 4
 // sigma at the block scale; e4m3 subnormals, which cost extra on some cores, are as rare as there).
@@ -259,8 +256,7 @@ struct Weights {
     for (size_t i = 0; i + 8 <= total; i += 8) {
       uint64_t v = SplitMix(seed);
       if (f == MatrixFormat::kFP8Block32) v = Fp8Codes(seed);
-      if (f == MatrixFormat::kBF16)
-        v = (v & 0x807f807f807f807full) | 0x3c003c003c003c00ull;  // |w| ~ 2^-7: no subnormals
+      if (f == MatrixFormat::kBF16) v = bench::Bf16Weights(v);
       if (f == MatrixFormat::kF32) v = 0x3c0000003c000000ull | (v & 0x807fffff807fffffull);
       std::memcpy(data + i, &v, 8);
     }
@@ -297,18 +293,6 @@ const Weights& GetWeights(MatrixFormat f, int64_t n, int64_t k, bool streaming, 
     current = std::make_unique<Weights>(f, n, k, count, misalign, interleave);
   }
   return *current;
-}
-
-// bf16-exact activations with magnitudes varying per 32-block.
-std::vector<float> Activations(int64_t m, int64_t k) {
-  std::vector<float> x(m * k);
-  uint64_t seed = 7;
-  for (auto& v : x) {
-    const uint64_t r = SplitMix(seed);
-    v = RoundToBF16((static_cast<float>(r & 0xffff) / 32768.0f - 1.0f) *
-                    std::ldexp(1.0f, static_cast<int>((r >> 16) % 7) - 3));
-  }
-  return x;
 }
 
 // ---- kernels -------------------------------------------------------------------------------------
