@@ -16,6 +16,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <type_traits>
+
 #include "kernels/cpu/compile_time_count.h"
 #include "kernels/cpu/linear_simd.h"
 
@@ -737,19 +739,19 @@ void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int n
       for (int64_t g = g0; g < g1 && !general; ++g) general = scale_bytes[g] > kFp8GroupTileMaxScaleByte;
       if (!general) {
         __m256i nan = _mm256_setzero_si256();
-        const auto decode = [&]<bool kNanCheck>() {
+        const auto decode = [&](auto nan_check) {
           for (int64_t g = g0; g < g1; ++g) {
             const float scale = std::bit_cast<float>(static_cast<uint32_t>(scale_bytes[g]) << 23) * 0x1p120f;
             __m256 even_lo, odd_lo, even_hi, odd_hi;
-            DecodeFp8Group<kNanCheck>(data + g * kGroupBytes, _mm256_set1_ps(scale), even_lo, odd_lo, even_hi, odd_hi,
-                                      nan);
+            DecodeFp8Group<decltype(nan_check)::value>(data + g * kGroupBytes, _mm256_set1_ps(scale), even_lo, odd_lo,
+                                                       even_hi, odd_hi, nan);
             store(g, even_lo, odd_lo, even_hi, odd_hi);
           }
         };
         if (w.fp8_nan_free) {
-          decode.template operator()<false>();
+          decode(std::false_type{});
         } else {
-          decode.template operator()<true>();
+          decode(std::true_type{});
           general = Fp8NanSeen(nan);
         }
       }
