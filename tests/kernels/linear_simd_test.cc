@@ -693,6 +693,29 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
   }
 }
 
+// The AVX2 panels take an FP8 row's scales and route (group decoder or general) once per scale
+// block (32 rows) and K chunk: 12-row panels straddle the block boundaries (rows 24-35, ...), the
+// first block's scales are in the group decoder's range and the second's not, or the other way
+// round; chunked (M = 7, 14) and whole-K (M = 37) panels, against the canonical sequence.
+TEST(LinearSimd, Fp8PanelsTakeEachScaleBlocksRoute) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(31);
+  constexpr int64_t kN = 150, kK = 1280;
+  for (const int64_t wide_block : {0, 1}) {
+    CaseOperands operands = MakeCaseOperands(MatrixFormat::kFP8Block32, kN, kK, false, 37, rng, 5, 100, 134);
+    TestMatrix& w = operands.w;
+    const int64_t scale_cols = w.w.scale_cols();
+    // One group of the second K chunk beyond the group decoder's range.
+    w.scales[wide_block * scale_cols + 21] = 140;
+    w.w.fp8_nan_free = ScanFp8NanFree(w.w);
+    ASSERT_TRUE(w.w.fp8_nan_free);
+    for (const int64_t m : {7, 14, 37}) {
+      ExpectEveryTargetGives(w.w, operands.x, m, false, CanonicalLinear(w.w, operands.x.data(), m, false, true),
+                             "wide block " + std::to_string(wide_block) + " M=" + std::to_string(m));
+    }
+  }
+}
+
 // The GEMM path with several activation blocks, whose later blocks read back the panels the first
 // decoded (AVX-512: several runs of panels per thread, each K chunk kept), against the canonical
 // sequence: K = 4160 is 130 groups (a partial last K chunk for both panel kinds), M = 130 rows
