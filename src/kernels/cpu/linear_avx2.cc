@@ -522,6 +522,15 @@ void RunGroupTile(const WeightMatrix& w, int64_t n0, const float* x, int64_t xst
 // checkpoint: the weights would have to exceed 448 * 2^7); above it the general tile runs.
 constexpr int kFp8GroupTileMaxScaleByte = 134;
 
+// The scales of `count` groups of an FP8 row block for the group decoders: whether every byte is
+// within kFp8GroupTileMaxScaleByte, and if so their fp32 values times 2^120 (DecodeFp8Group's
+// factor) in `out`.
+inline bool Fp8GroupScales(const uint8_t* bytes, int64_t count, float* out) {
+  if (!std::all_of(bytes, bytes + count, [](uint8_t b) { return b <= kFp8GroupTileMaxScaleByte; })) return false;
+  ScalesOf(bytes, count, 0x1p120f, out);
+  return true;
+}
+
 // Where the activation rows outgrow L1 (M x K x 4 bytes > kStreamL1Bytes) from 3 rows on, the
 // group tiles run over bands of kStreamBandRows weight rows a chunk of kStreamChunkBytes of each
 // row at a time (FP4 and FP8 32 groups, BF16 8), so that the activations' chunk stays in L1 for
@@ -608,14 +617,9 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
     if constexpr (F == MatrixFormat::kFP8Block32) {
       if (band / kQuantBlock != fp8_block) {
         fp8_block = band / kQuantBlock;
-        const uint8_t* bytes = w.scales + fp8_block * w.scale_cols();
-        fp8_grouped = true;
-        for (int64_t g = 0; g < groups; ++g) fp8_grouped &= bytes[g] <= kFp8GroupTileMaxScaleByte;
-        if (fp8_grouped) {
-          float* scales = s.scales + kPanelN * groups;
-          ScalesOf(bytes, groups, 0x1p120f, scales);
-          fp8_grouped = ScaleActivations(job.xs, MR, xstride, groups, scales, s.scaled_x);
-        }
+        float* scales = s.scales + kPanelN * groups;
+        fp8_grouped = Fp8GroupScales(w.scales + fp8_block * w.scale_cols(), groups, scales) &&
+                      ScaleActivations(job.xs, MR, xstride, groups, scales, s.scaled_x);
       }
       general = general || !fp8_grouped;
     }
@@ -717,9 +721,8 @@ void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int n
                  int64_t groups, Scratch& s) {
   constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const int64_t chunk = g1 - g0;
-  // FP8: the fp32 scales of the chunk's groups (times 2^120, DecodeFp8Group's factor) and whether
-  // they are in the group decoder's range, once per scale block (kQuantBlock rows) rather than per
-  // row: FP8 chunked panels at M = 8-16 ran 2-8% faster on Zen 3 (kernel_ab).
+  // FP8: the chunk's group scales (Fp8GroupScales) once per scale block (kQuantBlock rows) rather
+  // than per row: FP8 chunked panels at M = 8-16 ran 2-8% faster on Zen 3 (kernel_ab).
   float* block_scales = s.scales + kPanelN * groups;
   int64_t scaled_block = -1;
   bool block_in_range = false;
@@ -745,10 +748,7 @@ void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int n
     if constexpr (F == MatrixFormat::kFP8Block32) {
       if (row / kQuantBlock != scaled_block) {
         scaled_block = row / kQuantBlock;
-        const uint8_t* scale_bytes = w.scales + scaled_block * w.scale_cols();
-        block_in_range =
-            std::all_of(scale_bytes + g0, scale_bytes + g1, [](uint8_t b) { return b <= kFp8GroupTileMaxScaleByte; });
-        ScalesOf(scale_bytes + g0, chunk, 0x1p120f, block_scales);
+        block_in_range = Fp8GroupScales(w.scales + scaled_block * w.scale_cols() + g0, chunk, block_scales);
       }
       general |= !block_in_range;
       if (!general) {
