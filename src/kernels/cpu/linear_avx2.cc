@@ -673,15 +673,17 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
 // One half (h) of MR <= 4 activation rows x the rows of panel triple t, over groups [g0, g1)
 // (`half`: that triple's half h in the panel): the accumulators live in registers between `acc`
 // loads and stores (the canonical running sums, so splitting K into blocks changes no bits). Per
-// group at MR = 4: 6 weight and 8 activation loads, 24 FMAs.
-template <int MR>
+// group at MR = 4: 6 weight and 8 activation loads, 24 FMAs. kFirst: the sums start at +0 (the
+// first groups of K) instead of being loaded, so the tile store needs no clearing.
+template <int MR, bool kFirst>
 [[gnu::noinline]] void GemmTile(const float* half, int h, const float* x, int64_t xstride, int64_t g0, int64_t g1,
                                 float* acc) {
   __m256 a[MR][kGemmTileRows];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 3
-    for (int n = 0; n < kGemmTileRows; ++n) a[r][n] = _mm256_load_ps(acc + (kGemmTileRows * r + n) * 8);
+    for (int n = 0; n < kGemmTileRows; ++n)
+      a[r][n] = kFirst ? _mm256_setzero_ps() : _mm256_load_ps(acc + (kGemmTileRows * r + n) * 8);
   for (int64_t g = g0; g < g1; ++g) {
     const float* w = half + g * kGemmTileRows * 16;
     const float* xg = x + g * kGroup + 8 * h;
@@ -882,7 +884,6 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
         }
       }
     };
-    if (chunked) std::memset(s.acc, 0, sizeof(float) * 8 * kGemmAccVectors * quads);
     for (int64_t c0 = 0; c0 < groups; c0 += chunk) {
       const int64_t c1 = std::min(groups, c0 + chunk);
       DecodePanel<F>(w, dec, n0, nr, c0, c1, groups, s);
@@ -894,7 +895,6 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
       for (int64_t q = 0; q < quads; ++q) {
         const float* x = job.xs + 4 * q * xstride + c0 * kGroup;
         const int64_t rows = std::min<int64_t>(4, job.m - 4 * q);
-        if (!chunked) std::memset(s.acc, 0, sizeof(float) * 8 * kGemmAccVectors);
         if (!per_triple) prefetch.Advance(prefetch_lines.Next());
         for (int64_t g0 = 0; g0 < c1 - c0; g0 += kGemmKGroups) {
           const int64_t g1 = std::min(c1 - c0, g0 + kGemmKGroups);
@@ -902,9 +902,9 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
             if (per_triple) prefetch.Advance(prefetch_lines.Next());
             // The last quad may hold fewer rows: a 1-3 row tile.
             WithCount<1, kPanelM>(rows, "AVX2 GEMM tile rows", [&]<int MR>() {
-              for (int h = 0; h < 2; ++h) {
-                GemmTile<MR>(PanelHalf(s.panel, c1 - c0, t, h), h, x, xstride, g0, g1, acc_of(q, t, h));
-              }
+              const auto tile = c0 + g0 == 0 ? GemmTile<MR, true> : GemmTile<MR, false>;
+              for (int h = 0; h < 2; ++h)
+                tile(PanelHalf(s.panel, c1 - c0, t, h), h, x, xstride, g0, g1, acc_of(q, t, h));
             });
           }
         }
