@@ -69,16 +69,28 @@ uint64_t StepKey(StepShape shape) {
 
 }  // namespace
 
-void CpuBackend::BeginStep(StepShape shape) { steps_.Begin(StepKey(shape)); }
-void CpuBackend::EndStep(bool completed) { steps_.End(completed); }
+void CpuBackend::BeginStep(StepShape shape) {
+  const bool one_row = gemv_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == 1;
+  one_row_start_ = one_row ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  steps_.Begin(StepKey(shape));
+}
+
+void CpuBackend::EndStep(bool completed) {
+  steps_.End(completed);
+  if (gemv_record_ != nullptr && one_row_start_ != std::chrono::steady_clock::time_point{}) {
+    ++gemv_record_->one_row_forwards;
+    gemv_record_->one_row_forward_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - one_row_start_).count();
+  }
+  one_row_start_ = {};
+}
 
 void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) {
   const int64_t m = x.rows();
   CheckShape(x, m, w.cols, "linear input");
   CheckShape(y, m, w.rows, "linear output");
   if (m == 0) return;
-  constexpr uint64_t kGemvRecordMinBytes = uint64_t{1} << 20;
-  const bool timed = gemv_record_ != nullptr && m <= 4 && w.bytes() >= kGemvRecordMinBytes;
+  const bool timed = gemv_record_ != nullptr && m <= 4;
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   switch (numerics) {
     case LinearNumerics::kCheckpoint:
@@ -89,14 +101,23 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
       DenseLinear(w, x.host<float>(), m, y.host<float>(), numerics == LinearNumerics::kBf16, cpu_);
       break;
   }
-  if (timed) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double rate = seconds > 0.0 ? static_cast<double>(w.bytes()) / seconds : 0.0;
-    ++gemv_record_->calls;
-    if (rate > gemv_record_->best_bytes_per_s) {
-      gemv_record_->best_bytes_per_s = rate;
-      gemv_record_->best_bytes = w.bytes();
-    }
+  if (timed) RecordGemv(w, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void CpuBackend::RecordGemv(const WeightMatrix& w, int64_t m, double seconds) {
+  constexpr uint64_t kGemvRecordMinBytes = uint64_t{1} << 20;
+  if (m == 1 && one_row_start_ != std::chrono::steady_clock::time_point{}) {  // in a one-token forward
+    GemvRecord::FormatTime& t = gemv_record_->one_row[static_cast<int>(w.format)];
+    ++t.calls;
+    t.bytes += w.bytes();
+    t.seconds += seconds;
+  }
+  if (w.bytes() < kGemvRecordMinBytes) return;
+  const double rate = seconds > 0.0 ? static_cast<double>(w.bytes()) / seconds : 0.0;
+  ++gemv_record_->calls;
+  if (rate > gemv_record_->best_bytes_per_s) {
+    gemv_record_->best_bytes_per_s = rate;
+    gemv_record_->best_bytes = w.bytes();
   }
 }
 
@@ -109,12 +130,15 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
   DI_CHECK(w.cols == group_in, "grouped linear: weight of ", w.cols, " columns for groups of ", group_in);
   Tensor input = workspace_.Take<float>({rows, group_in});
   Tensor output = workspace_.Take<float>({rows, group_out});
+  const bool timed = gemv_record_ != nullptr && rows <= 4;
+  const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   for (int g = 0; g < groups; ++g) {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x.row<float>(r) + g * group_in, group_in, input.row<float>(r));
     DenseLinear(w.RowSlice(g * group_out, group_out), input.host<float>(), rows, output.host<float>(),
                 /*round_to_bf16=*/true, cpu_);
     for (int64_t r = 0; r < rows; ++r) std::copy_n(output.row<float>(r), group_out, y.row<float>(r) + g * group_out);
   }
+  if (timed) RecordGemv(w, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void CpuBackend::Copy(const Tensor& from, const Tensor& to) {

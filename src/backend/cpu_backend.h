@@ -6,6 +6,8 @@
 // so results do not depend on the thread count.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <utility>
 
 #include "backend/backend.h"
@@ -16,11 +18,20 @@ namespace deepinfer {
 
 // The fastest weight stream of the GEMV-shaped linears (M <= 4, >= 1 MiB of weights) seen while
 // it is attached: `bench` reports it beside the probe's DRAM bandwidth, as a second denominator
-// that no background noise of the machine can inflate.
+// that no background noise of the machine can inflate. Also the one-row linears' time and weight
+// bytes by weight format, and the one-row forwards they ran in: where a batch-1 step's time goes.
 struct GemvRecord {
   double best_bytes_per_s = 0.0;
   uint64_t best_bytes = 0;  // the weight bytes of that call
   int64_t calls = 0;        // timed calls
+  struct FormatTime {
+    int64_t calls = 0;
+    uint64_t bytes = 0;
+    double seconds = 0.0;
+  };
+  std::array<FormatTime, kMatrixFormats> one_row;  // indexed by MatrixFormat
+  int64_t one_row_forwards = 0;
+  double one_row_forward_seconds = 0.0;  // BeginStep to EndStep
 };
 
 class CpuBackend final : public Backend {
@@ -81,8 +92,12 @@ class CpuBackend final : public Backend {
   void EngramGate(const Tensor& kv, std::span<const float> gate_weight, float eps, const Tensor& streams) override;
 
  private:
+  // Adds one linear of `m` rows that took `seconds` to the attached GemvRecord.
+  void RecordGemv(const WeightMatrix& w, int64_t m, double seconds);
+
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
   GemvRecord* gemv_record_ = nullptr;
+  std::chrono::steady_clock::time_point one_row_start_{};  // of the one-row forward under way, if recorded
   CpuContext cpu_;
   StepParallelism steps_;
   Workspace workspace_;

@@ -550,6 +550,28 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     }
   }
 
+  if (gemvs.one_row_forwards > 0) {
+    const double forwards = static_cast<double>(gemvs.one_row_forwards);
+    const double forward_s = gemvs.one_row_forward_seconds / forwards;
+    std::printf(
+        "\ndecode batch 1 by weight format (the one-row linears; mean of %lld one-token forwards, warm-up "
+        "included)\n",
+        static_cast<long long>(gemvs.one_row_forwards));
+    std::printf("  %-22s %10s %10s %10s %10s\n", "", "ms/forward", "MB/forward", "GB/s", "% of time");
+    double linear_s = 0.0;
+    for (int f = 0; f < kMatrixFormats; ++f) {
+      const GemvRecord::FormatTime& t = gemvs.one_row[f];
+      if (t.calls == 0) continue;
+      linear_s += t.seconds / forwards;
+      std::printf("  %-22s %10.3f %10.2f %10.3f %9.2f%%\n", MatrixFormatName(static_cast<MatrixFormat>(f)),
+                  t.seconds / forwards * 1e3, static_cast<double>(t.bytes) / forwards / 1e6,
+                  t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0,
+                  100.0 * t.seconds / gemvs.one_row_forward_seconds);
+    }
+    std::printf("  %-22s %10.3f %10s %10s %9.2f%%\n", "all else (not linear)", (forward_s - linear_s) * 1e3, "", "",
+                100.0 * (forward_s - linear_s) / forward_s);
+  }
+
   if (!comparisons.empty()) {
     std::printf("\nthreads: %d against 1, blocks of %lld steps alternating in this process\n", pool.size(),
                 static_cast<long long>(kCompareBlock));
@@ -626,6 +648,22 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_gemv_fraction", best_gemv_gb_s > 0 ? gb_s(one) / best_gemv_gb_s : 0.0},
         {"decode", per_batch},
     };
+    if (gemvs.one_row_forwards > 0) {
+      const double forwards = static_cast<double>(gemvs.one_row_forwards);
+      nlohmann::json by_format = nlohmann::json::object();
+      for (int f = 0; f < kMatrixFormats; ++f) {
+        const GemvRecord::FormatTime& t = gemvs.one_row[f];
+        if (t.calls == 0) continue;
+        by_format[MatrixFormatName(static_cast<MatrixFormat>(f))] = {
+            {"ms_per_forward", t.seconds / forwards * 1e3},
+            {"mb_per_forward", static_cast<double>(t.bytes) / forwards / 1e6},
+            {"gb_s", t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0},
+            {"calls_per_forward", static_cast<double>(t.calls) / forwards}};
+      }
+      j["decode_batch1_by_format"] = {{"forwards", gemvs.one_row_forwards},
+                                      {"ms_per_forward", gemvs.one_row_forward_seconds / forwards * 1e3},
+                                      {"linears", by_format}};
+    }
     if (!comparisons.empty()) {
       nlohmann::json rows = nlohmann::json::array();
       for (const ThreadComparison& c : comparisons) {

@@ -16,6 +16,22 @@
 namespace deepinfer {
 
 enum class MatrixFormat { kBF16, kF32, kFP8Block32, kFP4Row32 };
+constexpr int kMatrixFormats = 4;
+
+// "bf16", "f32", "fp8", "fp4": as reports name a format.
+constexpr const char* MatrixFormatName(MatrixFormat format) {
+  switch (format) {
+    case MatrixFormat::kBF16:
+      return "bf16";
+    case MatrixFormat::kF32:
+      return "f32";
+    case MatrixFormat::kFP8Block32:
+      return "fp8";
+    case MatrixFormat::kFP4Row32:
+      return "fp4";
+  }
+  return "?";
+}
 
 // The scale grid of a format: one ue8m0 scale per `rows` x `cols` weights; {0, 0} for the
 // unscaled formats. The one place a format's block size is stated (V4's FP8 would be 128 x 128).
