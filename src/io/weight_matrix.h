@@ -16,7 +16,7 @@
 namespace deepinfer {
 
 enum class MatrixFormat { kBF16, kF32, kFP8Block32, kFP4Row32 };
-constexpr int kMatrixFormats = 4;
+constexpr int kMatrixFormats = static_cast<int>(MatrixFormat::kFP4Row32) + 1;  // the last one + 1
 
 // "bf16", "f32", "fp8", "fp4": as reports name a format.
 constexpr const char* MatrixFormatName(MatrixFormat format) {
