@@ -70,19 +70,21 @@ uint64_t StepKey(StepShape shape) {
 }  // namespace
 
 void CpuBackend::BeginStep(StepShape shape) {
-  const bool one_row = gemv_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == 1;
-  one_row_start_ = one_row ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  one_row_start_.reset();
+  if (gemv_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == 1) {
+    one_row_start_ = std::chrono::steady_clock::now();
+  }
   steps_.Begin(StepKey(shape));
 }
 
 void CpuBackend::EndStep(bool completed) {
   steps_.End(completed);
-  if (gemv_record_ != nullptr && one_row_start_ != std::chrono::steady_clock::time_point{}) {
+  if (gemv_record_ != nullptr && one_row_start_) {
     ++gemv_record_->one_row_forwards;
     gemv_record_->one_row_forward_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - one_row_start_).count();
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - *one_row_start_).count();
   }
-  one_row_start_ = {};
+  one_row_start_.reset();
 }
 
 void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) {
@@ -106,7 +108,7 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
 
 void CpuBackend::RecordGemv(const WeightMatrix& w, int64_t m, double seconds) {
   constexpr uint64_t kGemvRecordMinBytes = uint64_t{1} << 20;
-  if (m == 1 && one_row_start_ != std::chrono::steady_clock::time_point{}) {  // in a one-token forward
+  if (m == 1 && one_row_start_) {  // in a one-token forward
     GemvRecord::FormatTime& t = gemv_record_->one_row[static_cast<int>(w.format)];
     ++t.calls;
     t.bytes += w.bytes();

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "backend/backend.h"
@@ -97,7 +98,7 @@ class CpuBackend final : public Backend {
 
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
   GemvRecord* gemv_record_ = nullptr;
-  std::chrono::steady_clock::time_point one_row_start_{};  // of the one-row forward under way, if recorded
+  std::optional<std::chrono::steady_clock::time_point> one_row_start_;  // of a recorded one-row forward under way
   CpuContext cpu_;
   StepParallelism steps_;
   Workspace workspace_;

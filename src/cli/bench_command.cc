@@ -501,6 +501,22 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const double read_gb_s = bandwidth.median / 1e9;
   const double best_gemv_gb_s = gemvs.best_bytes_per_s / 1e9;
   auto gb_s = [](const DecodeResult& d) { return d.bytes_per_step / d.step_seconds / 1e9; };
+  // Batch 1's one-row linears by weight format, per one-token forward (the text and the JSON).
+  struct FormatRow {
+    const char* name;
+    double ms_per_forward, mb_per_forward, gb_s, calls_per_forward;
+  };
+  std::vector<FormatRow> format_rows;
+  const double forwards = static_cast<double>(std::max<int64_t>(1, gemvs.one_row_forwards));
+  const double forward_ms = gemvs.one_row_forward_seconds / forwards * 1e3;
+  for (int f = 0; f < kMatrixFormats; ++f) {
+    const GemvRecord::FormatTime& t = gemvs.one_row[f];
+    if (t.calls == 0) continue;
+    format_rows.push_back({MatrixFormatName(static_cast<MatrixFormat>(f)), t.seconds / forwards * 1e3,
+                           static_cast<double>(t.bytes) / forwards / 1e6,
+                           t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0,
+                           static_cast<double>(t.calls) / forwards});
+  }
 
   std::printf("deepinfer bench: %s\n", model_dir.c_str());
   std::printf("  %d layers, hidden %lld, %d routed experts (top %d); %d threads, isa %s\n", config.num_layers,
@@ -551,25 +567,19 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   }
 
   if (gemvs.one_row_forwards > 0) {
-    const double forwards = static_cast<double>(gemvs.one_row_forwards);
-    const double forward_s = gemvs.one_row_forward_seconds / forwards;
     std::printf(
         "\ndecode batch 1 by weight format (the one-row linears; mean of %lld one-token forwards, warm-up "
         "included)\n",
         static_cast<long long>(gemvs.one_row_forwards));
     std::printf("  %-22s %10s %10s %10s %10s\n", "", "ms/forward", "MB/forward", "GB/s", "% of time");
-    double linear_s = 0.0;
-    for (int f = 0; f < kMatrixFormats; ++f) {
-      const GemvRecord::FormatTime& t = gemvs.one_row[f];
-      if (t.calls == 0) continue;
-      linear_s += t.seconds / forwards;
-      std::printf("  %-22s %10.3f %10.2f %10.3f %9.2f%%\n", MatrixFormatName(static_cast<MatrixFormat>(f)),
-                  t.seconds / forwards * 1e3, static_cast<double>(t.bytes) / forwards / 1e6,
-                  t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0,
-                  100.0 * t.seconds / gemvs.one_row_forward_seconds);
+    double linear_ms = 0.0;
+    for (const FormatRow& row : format_rows) {
+      linear_ms += row.ms_per_forward;
+      std::printf("  %-22s %10.3f %10.2f %10.3f %9.2f%%\n", row.name, row.ms_per_forward, row.mb_per_forward, row.gb_s,
+                  100.0 * row.ms_per_forward / forward_ms);
     }
-    std::printf("  %-22s %10.3f %10s %10s %9.2f%%\n", "all else (not linear)", (forward_s - linear_s) * 1e3, "", "",
-                100.0 * (forward_s - linear_s) / forward_s);
+    std::printf("  %-22s %10.3f %10s %10s %9.2f%%\n", "all else (not linear)", forward_ms - linear_ms, "", "",
+                100.0 * (forward_ms - linear_ms) / forward_ms);
   }
 
   if (!comparisons.empty()) {
@@ -649,20 +659,15 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode", per_batch},
     };
     if (gemvs.one_row_forwards > 0) {
-      const double forwards = static_cast<double>(gemvs.one_row_forwards);
       nlohmann::json by_format = nlohmann::json::object();
-      for (int f = 0; f < kMatrixFormats; ++f) {
-        const GemvRecord::FormatTime& t = gemvs.one_row[f];
-        if (t.calls == 0) continue;
-        by_format[MatrixFormatName(static_cast<MatrixFormat>(f))] = {
-            {"ms_per_forward", t.seconds / forwards * 1e3},
-            {"mb_per_forward", static_cast<double>(t.bytes) / forwards / 1e6},
-            {"gb_s", t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0},
-            {"calls_per_forward", static_cast<double>(t.calls) / forwards}};
+      for (const FormatRow& row : format_rows) {
+        by_format[row.name] = {{"ms_per_forward", row.ms_per_forward},
+                               {"mb_per_forward", row.mb_per_forward},
+                               {"gb_s", row.gb_s},
+                               {"calls_per_forward", row.calls_per_forward}};
       }
-      j["decode_batch1_by_format"] = {{"forwards", gemvs.one_row_forwards},
-                                      {"ms_per_forward", gemvs.one_row_forward_seconds / forwards * 1e3},
-                                      {"linears", by_format}};
+      j["decode_batch1_by_format"] = {
+          {"forwards", gemvs.one_row_forwards}, {"ms_per_forward", forward_ms}, {"linears", by_format}};
     }
     if (!comparisons.empty()) {
       nlohmann::json rows = nlohmann::json::array();
