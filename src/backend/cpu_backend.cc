@@ -70,21 +70,21 @@ uint64_t StepKey(StepShape shape) {
 }  // namespace
 
 void CpuBackend::BeginStep(StepShape shape) {
-  one_row_start_.reset();
-  if (gemv_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == 1) {
-    one_row_start_ = std::chrono::steady_clock::now();
+  recorded_step_start_.reset();
+  if (gemv_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == gemv_record_->step_rows) {
+    recorded_step_start_ = std::chrono::steady_clock::now();
   }
   steps_.Begin(StepKey(shape));
 }
 
 void CpuBackend::EndStep(bool completed) {
   steps_.End(completed);
-  if (gemv_record_ != nullptr && one_row_start_) {
-    ++gemv_record_->one_row_forwards;
-    gemv_record_->one_row_forward_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - *one_row_start_).count();
+  if (gemv_record_ != nullptr && recorded_step_start_) {
+    ++gemv_record_->forwards;
+    gemv_record_->forward_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - *recorded_step_start_).count();
   }
-  one_row_start_.reset();
+  recorded_step_start_.reset();
 }
 
 void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y, LinearNumerics numerics) {
@@ -92,7 +92,7 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
   CheckShape(x, m, w.cols, "linear input");
   CheckShape(y, m, w.rows, "linear output");
   if (m == 0) return;
-  const bool timed = gemv_record_ != nullptr && m <= 4;
+  const bool timed = gemv_record_ != nullptr && (m <= GemvRecord::kGemvMaxRows || recorded_step_start_);
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   switch (numerics) {
     case LinearNumerics::kCheckpoint:
@@ -108,13 +108,13 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
 
 void CpuBackend::RecordGemv(const WeightMatrix& w, int64_t m, double seconds) {
   constexpr uint64_t kGemvRecordMinBytes = uint64_t{1} << 20;
-  if (m == 1 && one_row_start_) {  // in a one-token forward
-    GemvRecord::FormatTime& t = gemv_record_->one_row[static_cast<int>(w.format)];
+  if (recorded_step_start_) {
+    GemvRecord::FormatTime& t = gemv_record_->by_format[static_cast<int>(w.format)];
     ++t.calls;
     t.bytes += w.bytes();
     t.seconds += seconds;
   }
-  if (w.bytes() < kGemvRecordMinBytes) return;
+  if (m > GemvRecord::kGemvMaxRows || w.bytes() < kGemvRecordMinBytes) return;
   const double rate = seconds > 0.0 ? static_cast<double>(w.bytes()) / seconds : 0.0;
   ++gemv_record_->calls;
   if (rate > gemv_record_->best_bytes_per_s) {
@@ -132,7 +132,7 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
   DI_CHECK(w.cols == group_in, "grouped linear: weight of ", w.cols, " columns for groups of ", group_in);
   Tensor input = workspace_.Take<float>({rows, group_in});
   Tensor output = workspace_.Take<float>({rows, group_out});
-  const bool timed = gemv_record_ != nullptr && rows <= 4;
+  const bool timed = gemv_record_ != nullptr && (rows <= GemvRecord::kGemvMaxRows || recorded_step_start_);
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   for (int g = 0; g < groups; ++g) {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x.row<float>(r) + g * group_in, group_in, input.row<float>(r));

@@ -17,22 +17,25 @@
 
 namespace deepinfer {
 
-// The fastest weight stream of the GEMV-shaped linears (M <= 4, >= 1 MiB of weights) seen while
-// it is attached: `bench` reports it beside the probe's DRAM bandwidth, as a second denominator
-// that no background noise of the machine can inflate. Also the one-row linears' time and weight
-// bytes by weight format, and the one-row forwards they ran in: where a batch-1 step's time goes.
+// What `bench` times while it is attached: the fastest weight stream of the GEMV-shaped linears
+// (M <= kGemvMaxRows, >= 1 MiB of weights), a second denominator beside the probe's DRAM
+// bandwidth that no background noise of the machine can inflate; and, in the forwards of exactly
+// `step_rows` rows (one decode batch size), every linear's time and weight bytes by weight format
+// and those forwards' own time: where a decode step's time goes.
 struct GemvRecord {
+  static constexpr int64_t kGemvMaxRows = 4;
   double best_bytes_per_s = 0.0;
   uint64_t best_bytes = 0;  // the weight bytes of that call
-  int64_t calls = 0;        // timed calls
+  int64_t calls = 0;        // GEMV-shaped calls of >= 1 MiB
   struct FormatTime {
     int64_t calls = 0;
     uint64_t bytes = 0;
     double seconds = 0.0;
   };
-  std::array<FormatTime, kMatrixFormats> one_row;  // indexed by MatrixFormat
-  int64_t one_row_forwards = 0;
-  double one_row_forward_seconds = 0.0;  // BeginStep to EndStep
+  int64_t step_rows = 1;
+  std::array<FormatTime, kMatrixFormats> by_format;  // indexed by MatrixFormat
+  int64_t forwards = 0;
+  double forward_seconds = 0.0;  // BeginStep to EndStep
 };
 
 class CpuBackend final : public Backend {
@@ -98,7 +101,7 @@ class CpuBackend final : public Backend {
 
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
   GemvRecord* gemv_record_ = nullptr;
-  std::optional<std::chrono::steady_clock::time_point> one_row_start_;  // of a recorded one-row forward under way
+  std::optional<std::chrono::steady_clock::time_point> recorded_step_start_;  // of a forward of step_rows under way
   CpuContext cpu_;
   StepParallelism steps_;
   Workspace workspace_;

@@ -153,6 +153,9 @@ struct DecodeResult {
   // ran on one thread (StepParallelism).
   uint64_t steps = 0;
   uint64_t serial_steps = 0;
+  // The linears of this batch's forwards by weight format (prompt forwards excluded), and at
+  // batch 1 the fastest GEMV.
+  GemvRecord linears;
   // The step's roofline: the longer of reading its bytes at `bytes_per_s` and doing its FLOPs at
   // `flops_per_s`.
   double roofline_seconds(double bytes_per_s, double flops_per_s) const {
@@ -463,20 +466,26 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const FlopCount flops = CountForwardFlops(config, 0, o.prefill_tokens);
   const double prefill_flops_per_s = static_cast<double>(flops.total()) / ttft_s;
 
-  // Decode at each batch size.
-  // Batch 1 also times its GEMV-shaped linears: the best of them is a second denominator.
+  // Decode at each batch size, its linears timed by weight format. Batch 1's GEMV-shaped linears
+  // give the best GEMV, a second denominator.
   std::vector<DecodeResult> decode;
-  GemvRecord gemvs;
   for (int64_t batch : o.batch_sizes) {
     Progress("decode, batch " + std::to_string(batch));
-    backend.RecordGemvs(batch == 1 ? &gemvs : nullptr);
+    GemvRecord linears;
+    linears.step_rows = batch;
+    backend.RecordGemvs(&linears);
     const StepParallelism::Stats before = backend.step_stats();
     decode.push_back(RunDecode(*model, ctx, batch, o.warmup, o.decode_tokens));
     decode.back().steps = backend.step_stats().steps - before.steps;
     decode.back().serial_steps = backend.step_stats().serial_steps - before.serial_steps;
+    decode.back().linears = linears;
     backend.RecordGemvs(nullptr);
     probe.Sample(kBandwidthBetweenPasses);
   }
+  // (ParseBenchOptions puts batch 1 in every run.)
+  const DecodeResult& one =
+      *std::find_if(decode.begin(), decode.end(), [](const DecodeResult& d) { return d.batch == 1; });
+  const GemvRecord& gemvs = one.linears;
 
   std::vector<ThreadComparison> comparisons;
   if (o.compare_threads) {
@@ -501,22 +510,33 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const double read_gb_s = bandwidth.median / 1e9;
   const double best_gemv_gb_s = gemvs.best_bytes_per_s / 1e9;
   auto gb_s = [](const DecodeResult& d) { return d.bytes_per_step / d.step_seconds / 1e9; };
-  // Batch 1's one-row linears by weight format, per one-token forward (the text and the JSON).
+  // Each batch's linears by weight format, per forward (the text and the JSON).
   struct FormatRow {
     const char* name;
     double ms_per_forward, mb_per_forward, gb_s, calls_per_forward;
   };
-  std::vector<FormatRow> format_rows;
-  const double forwards = static_cast<double>(std::max<int64_t>(1, gemvs.one_row_forwards));
-  const double forward_ms = gemvs.one_row_forward_seconds / forwards * 1e3;
-  for (int f = 0; f < kMatrixFormats; ++f) {
-    const GemvRecord::FormatTime& t = gemvs.one_row[f];
-    if (t.calls == 0) continue;
-    format_rows.push_back({MatrixFormatName(static_cast<MatrixFormat>(f)), t.seconds / forwards * 1e3,
-                           static_cast<double>(t.bytes) / forwards / 1e6,
-                           t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0,
-                           static_cast<double>(t.calls) / forwards});
-  }
+  struct FormatRows {
+    int64_t forwards = 0;
+    double forward_ms = 0.0;
+    std::vector<FormatRow> rows;
+  };
+  const auto format_rows = [](const GemvRecord& record) {
+    FormatRows out;
+    out.forwards = record.forwards;
+    const double forwards = static_cast<double>(std::max<int64_t>(1, record.forwards));
+    out.forward_ms = record.forward_seconds / forwards * 1e3;
+    for (int f = 0; f < kMatrixFormats; ++f) {
+      const GemvRecord::FormatTime& t = record.by_format[f];
+      if (t.calls == 0) continue;
+      out.rows.push_back({MatrixFormatName(static_cast<MatrixFormat>(f)), t.seconds / forwards * 1e3,
+                          static_cast<double>(t.bytes) / forwards / 1e6,
+                          t.seconds > 0.0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0,
+                          static_cast<double>(t.calls) / forwards});
+    }
+    return out;
+  };
+  std::vector<FormatRows> by_format;
+  for (const DecodeResult& d : decode) by_format.push_back(format_rows(d.linears));
 
   std::printf("deepinfer bench: %s\n", model_dir.c_str());
   std::printf("  %d layers, hidden %lld, %d routed experts (top %d); %d threads, isa %s\n", config.num_layers,
@@ -566,20 +586,22 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     }
   }
 
-  if (gemvs.one_row_forwards > 0) {
-    std::printf(
-        "\ndecode batch 1 by weight format (the one-row linears; mean of %lld one-token forwards, warm-up "
-        "included)\n",
-        static_cast<long long>(gemvs.one_row_forwards));
-    std::printf("  %-22s %10s %10s %10s %10s\n", "", "ms/forward", "MB/forward", "GB/s", "% of time");
+  std::printf(
+      "\ndecode by weight format (each batch's linears and all else, per forward: the mean of its warm-up "
+      "and timed forwards)\n");
+  std::printf("  %5s %-22s %10s %10s %10s %10s\n", "batch", "", "ms/forward", "MB/forward", "GB/s", "% of time");
+  for (size_t i = 0; i < decode.size(); ++i) {
+    const FormatRows& rows = by_format[i];
+    if (rows.forwards == 0) continue;
     double linear_ms = 0.0;
-    for (const FormatRow& row : format_rows) {
+    for (const FormatRow& row : rows.rows) {
       linear_ms += row.ms_per_forward;
-      std::printf("  %-22s %10.3f %10.2f %10.3f %9.2f%%\n", row.name, row.ms_per_forward, row.mb_per_forward, row.gb_s,
-                  100.0 * row.ms_per_forward / forward_ms);
+      std::printf("  %5lld %-22s %10.3f %10.2f %10.3f %9.2f%%\n", static_cast<long long>(decode[i].batch), row.name,
+                  row.ms_per_forward, row.mb_per_forward, row.gb_s, 100.0 * row.ms_per_forward / rows.forward_ms);
     }
-    std::printf("  %-22s %10.3f %10s %10s %9.2f%%\n", "all else (not linear)", forward_ms - linear_ms, "", "",
-                100.0 * (forward_ms - linear_ms) / forward_ms);
+    std::printf("  %5lld %-22s %10.3f %10s %10s %9.2f%%\n", static_cast<long long>(decode[i].batch),
+                "all else (not linear)", rows.forward_ms - linear_ms, "", "",
+                100.0 * (rows.forward_ms - linear_ms) / rows.forward_ms);
   }
 
   if (!comparisons.empty()) {
@@ -611,8 +633,6 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   }
 
   if (o.json) {
-    const DecodeResult& one =
-        *std::find_if(decode.begin(), decode.end(), [](const DecodeResult& d) { return d.batch == 1; });
     nlohmann::json per_batch = nlohmann::json::array();
     for (const DecodeResult& d : decode) {
       per_batch.push_back({{"batch", d.batch},
@@ -658,17 +678,21 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_gemv_fraction", best_gemv_gb_s > 0 ? gb_s(one) / best_gemv_gb_s : 0.0},
         {"decode", per_batch},
     };
-    if (gemvs.one_row_forwards > 0) {
-      nlohmann::json by_format = nlohmann::json::object();
-      for (const FormatRow& row : format_rows) {
-        by_format[row.name] = {{"ms_per_forward", row.ms_per_forward},
-                               {"mb_per_forward", row.mb_per_forward},
-                               {"gb_s", row.gb_s},
-                               {"calls_per_forward", row.calls_per_forward}};
+    nlohmann::json per_batch_formats = nlohmann::json::array();
+    for (size_t i = 0; i < decode.size(); ++i) {
+      nlohmann::json linears = nlohmann::json::object();
+      for (const FormatRow& row : by_format[i].rows) {
+        linears[row.name] = {{"ms_per_forward", row.ms_per_forward},
+                             {"mb_per_forward", row.mb_per_forward},
+                             {"gb_s", row.gb_s},
+                             {"calls_per_forward", row.calls_per_forward}};
       }
-      j["decode_batch1_by_format"] = {
-          {"forwards", gemvs.one_row_forwards}, {"ms_per_forward", forward_ms}, {"linears", by_format}};
+      per_batch_formats.push_back({{"batch", decode[i].batch},
+                                   {"forwards", by_format[i].forwards},
+                                   {"ms_per_forward", by_format[i].forward_ms},
+                                   {"linears", linears}});
     }
+    j["decode_by_format"] = per_batch_formats;
     if (!comparisons.empty()) {
       nlohmann::json rows = nlohmann::json::array();
       for (const ThreadComparison& c : comparisons) {
