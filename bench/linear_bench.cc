@@ -451,7 +451,7 @@ BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved_alldot, MatrixFormat
 // AVX2 (Zen 2-3, Intel without AVX-512): streaming tiles to M = 6 (K chunks from M = 3 where the
 // activations outgrow L1), chunked panels to M = 16, whole-K panels beyond; 2 threads.
 void Avx2Batches(benchmark::internal::Benchmark* b) {
-  for (int64_t m : {1, 4, 6, 8, 16}) b->Args({m, 2});
+  for (int64_t m : {1, 3, 4, 6, 8, 16}) b->Args({m, 2});
 }
 BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)
     ->Apply(Avx2Batches)

@@ -5,7 +5,8 @@
 // shifts and shuffles share two pipes: FP4 decodes a whole group with byte lookups (vpshufb into
 // per-scale bf16 tables), FP8 with one shuffle and one shift per 8 weights (its block scale is
 // put on the activations, once per row block), BF16 with one shift or mask; accumulators stay in
-// registers (the row and activation loops are unrolled). GEMM panels (M > 6) decode 12 weight
+// registers (the row and activation loops are unrolled). Dense tiles at M = 3-4 run one half of
+// the accumulators at a time over 3 rows (HalfGroupTile). GEMM panels (M > 6) decode 12 weight
 // rows into fp32 panels, a chunk of K at a time while there are few activation rows, and run
 // 4 x 3 register tiles on FMAs.
 // GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
@@ -538,6 +539,96 @@ void RunGroupTile(const WeightMatrix& w, int64_t n0, const float* x, int64_t xst
   GroupTile<F, NR, MR>(w, n0, x, xstride, g0, g1, prefetch_delta, acc_store, nan_seen);
 }
 
+// ---- half-major group tiles (dense, M = 3-4) --------------------------------------------------
+//
+// At M = 3-4 a GroupTile over one weight row keeps 6-8 accumulator chains of two dependent FMAs a
+// group and loads every activation vector for each row. These tiles run one half of the
+// accumulators over a chunk of groups, then the other, over 3 weight rows: 9-12 chains, each
+// activation vector loaded once for 3 rows, each half's weights decoded straight into that half's
+// even and odd vectors (from L1 the second time). Every accumulator sees the same two FMAs per
+// group in the same order, so the bits are GroupTile's. On Zen 3 (kernel_ab, 2 threads) the BF16
+// tile ran 0.79-0.82 of GroupTile's time with the weights in L3; streaming from DRAM it runs in
+// bands of 3 rows (see StreamRowsT). The FP8 version (each half decoded by two shifts and a mask
+// per member, 7 shifts per row and group against 5) ran 1.06-1.16 of GroupTile's time, hot and
+// cold, so FP8 keeps GroupTile; FP4 decodes both halves at once.
+
+// The upper word of each dword, for the odd members (DecodeHalfMember).
+alignas(32) constexpr uint32_t kUpperWords[8] = {0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u,
+                                                 0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u};
+
+// The even (kOdd false) or odd members of accumulator half H's pairs in one dense group, as the
+// whole-group decoders give them. `upper` points at kUpperWords; the tiles pass it through an
+// empty asm so that it stays a memory operand and its register goes to an activation vector (12
+// accumulators + 3 weights + 1).
+template <MatrixFormat F, int H, bool kOdd>
+inline __m256 DecodeHalfMember(const uint8_t* group, const uint32_t* upper) {
+  if constexpr (F == MatrixFormat::kBF16) {
+    const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * H));
+    return _mm256_castsi256_ps(kOdd
+                                   ? _mm256_and_si256(pairs, _mm256_load_si256(reinterpret_cast<const __m256i*>(upper)))
+                                   : _mm256_slli_epi32(pairs, 16));
+  } else {
+    static_assert(F == MatrixFormat::kF32, "half-major tiles are dense");
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(group) + (kOdd ? 16 : 0) + 8 * H);
+  }
+}
+
+// Half H of NR weight rows x MR activation rows over groups [g0, g1): GroupTile's accumulators
+// (same store layout) of that half only. Pass 1 finds the rows in L1; the two passes share the
+// prefetches that GroupTile issues in one, so that neither bursts.
+template <MatrixFormat F, int NR, int MR, int H>
+[[gnu::noinline]] void HalfGroupTile(const WeightMatrix& w, int64_t n0, const float* x, int64_t xstride, int64_t g0,
+                                     int64_t g1, int64_t prefetch_delta, float* acc_store) {
+  constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
+  const uint8_t* rows[NR];
+#pragma GCC unroll 8
+  for (int n = 0; n < NR; ++n) rows[n] = w.data + (n0 + n) * w.row_bytes();
+  const auto at = [&](int n, int r) { return acc_store + ((n * MR + r) * 2 + H) * 8; };
+  __m256 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) acc[r][n] = _mm256_load_ps(at(n, r));
+  for (int64_t g = g0; g < g1; ++g) {
+    // Pass H takes the lines whose index is H modulo 2.
+    if (kGroupBytes >= 128 || (g * kGroupBytes) % 128 == 64 * H) {
+      const int64_t line = kGroupBytes >= 128 ? 64 * H : 0;
+#pragma GCC unroll 8
+      for (int n = 0; n < NR; ++n)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[n] + g * kGroupBytes + line + prefetch_delta), _MM_HINT_T0);
+    }
+    __m256 wv[NR];
+    const uint32_t* upper = kUpperWords;
+    __asm__("" : "+r"(upper));
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) wv[n] = DecodeHalfMember<F, H, true>(rows[n] + g * kGroupBytes, upper);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xo = _mm256_load_ps(x + r * xstride + g * kGroup + 16 + 8 * H);
+#pragma GCC unroll 8
+      for (int n = 0; n < NR; ++n) acc[r][n] = _mm256_fmadd_ps(xo, wv[n], acc[r][n]);
+    }
+    __asm__("" : "+r"(upper));
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) wv[n] = DecodeHalfMember<F, H, false>(rows[n] + g * kGroupBytes, upper);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xe = _mm256_load_ps(x + r * xstride + g * kGroup + 8 * H);
+#pragma GCC unroll 8
+      for (int n = 0; n < NR; ++n) acc[r][n] = _mm256_fmadd_ps(xe, wv[n], acc[r][n]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int n = 0; n < NR; ++n) _mm256_store_ps(at(n, r), acc[r][n]);
+}
+
+constexpr int kHalfTileRows = 3;  // weight rows of a half-major tile
+// Which streaming tiles have half-major versions.
+template <MatrixFormat F, int MR>
+constexpr bool kHasHalfTiles = (F == MatrixFormat::kBF16 || F == MatrixFormat::kF32) && (MR == 3 || MR == 4);
+
 // Scale bytes of one FP8 row block up to this keep scale * 2^120 a normal fp32 (every real
 // checkpoint: the weights would have to exceed 448 * 2^7); above it the general tile runs.
 constexpr int kFp8GroupTileMaxScaleByte = 134;
@@ -571,6 +662,11 @@ constexpr int64_t kStreamFp8ChunkedBandRows = 8;
 static_assert(kStreamBandRows % kStreamFp8ChunkedBandRows == 0);
 template <MatrixFormat F>
 constexpr int64_t kStreamChunkBytes = F == MatrixFormat::kFP8Block32 ? 1024 : 512;
+// The half-major tiles (M = 3-4, activations beyond L1) run in bands of their 3 rows, 1 KB of each
+// row a chunk: the 16-row bands of 512 bytes held the BF16 tile to GroupTile's speed streaming from
+// DRAM (kernel_ab, Zen 3, 2 threads, 16384 x 5120: 0.97-1.02 of the time), where 3-row bands of
+// 1 KB took M = 3 / 4 to 0.84 / 0.92 (5120 x 8192 at M = 4: 0.96); 2 KB chunks 0.93 / 1.14.
+constexpr int64_t kHalfChunkBytes = 1024;
 constexpr int kStreamChunkedMinM = 3;
 constexpr int64_t kStreamL1Bytes = 32 << 10;  // L1 data cache of Zen 2-4; Intel's cores have 32-48 KB
 static_assert(kQuantBlock % kStreamBandRows == 0 && kQuantBlock % kStreamFp8ChunkedBandRows == 0,
@@ -610,10 +706,13 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   const Decoder<F> dec{w.cols};
   const int64_t groups = job.groups, xstride = job.xstride;
   const bool chunked = MR >= kStreamChunkedMinM && MR * xstride * static_cast<int64_t>(sizeof(float)) > kStreamL1Bytes;
-  const int64_t chunk_groups = chunked ? kStreamChunkBytes<F> / kGroupBytes : groups;
+  const bool half_tiles = kHasHalfTiles<F, MR> && chunked;
+  const int64_t chunk_groups = !chunked ? groups : (half_tiles ? kHalfChunkBytes : kStreamChunkBytes<F>) / kGroupBytes;
   const int64_t chunks = (groups + chunk_groups - 1) / chunk_groups;
   const int64_t chunk_bytes = chunk_groups * kGroupBytes;
-  const int64_t band_rows = chunked && F == MatrixFormat::kFP8Block32 ? kStreamFp8ChunkedBandRows : kStreamBandRows;
+  const int64_t band_rows = half_tiles                                  ? kHalfTileRows
+                            : chunked && F == MatrixFormat::kFP8Block32 ? kStreamFp8ChunkedBandRows
+                                                                        : kStreamBandRows;
   // Prefetch about kPrefetchBytes of the reads ahead: whole tiles ahead where the tiles run over
   // whole rows, else later chunks of the same rows, and in the last chunks the first ones of the
   // next band's rows.
@@ -650,6 +749,14 @@ void StreamRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
         const int64_t g0 = c * chunk_groups, g1 = std::min(groups, g0 + chunk_groups), delta = prefetch_delta(c);
         for (int64_t n = band; n < band_end;) {
           float* acc = s.acc + (n - band) * MR * 2 * 8;
+          if constexpr (kHasHalfTiles<F, MR>) {
+            if (half_tiles && band_end - n >= kHalfTileRows) {
+              HalfGroupTile<F, kHalfTileRows, MR, 0>(w, n, tile_x, xstride, g0, g1, delta, acc);
+              HalfGroupTile<F, kHalfTileRows, MR, 1>(w, n, tile_x, xstride, g0, g1, delta, acc);
+              n += kHalfTileRows;
+              continue;
+            }
+          }
           if (band_end - n >= kNR) {
             RunGroupTile<F, kNR, MR>(w, n, tile_x, xstride, g0, g1, delta, acc, nan_seen);
             n += kNR;
