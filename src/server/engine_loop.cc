@@ -161,8 +161,7 @@ void EngineLoop::Run() {
       AbortAll(std::string("internal error: ") + e.what());
       continue;
     }
-    Route(std::move(updates), Clock::now());
-    Publish();
+    Route(std::move(updates), Clock::now());  // publishes the stats
   }
   Publish();
 }
@@ -272,6 +271,9 @@ void EngineLoop::Route(std::vector<RequestUpdate> updates, Clock::time_point tim
     }
     a.outbox.push_back(ChoiceEvent{choice, std::move(update), time, false});
   }
+  // The stats before the events: a client that has seen its request end must not find it still
+  // running in /metrics or /health.
+  Publish();
   for (const std::unique_ptr<Active>& a : active_) {
     if (!a->outbox.empty()) a->channel->Push(std::exchange(a->outbox, {}));
   }
@@ -322,6 +324,7 @@ void EngineLoop::AbortAll(const std::string& why) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "serve: internal error while aborting: %s\n", e.what());
   }
+  Publish();  // before the events, as in Route
   for (const std::unique_ptr<Active>& a : active_) {
     if (!a->outbox.empty()) a->channel->Push(std::exchange(a->outbox, {}));
   }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <future>
 #include <mutex>
 
 #include "backend/cpu_backend.h"
@@ -83,6 +84,25 @@ TEST_F(EngineLoopTest, DeliversEachChoiceToItsChannel) {
 }
 
 // n > 1: the siblings wait for the first choice's prefill and adopt it from the prefix cache.
+// A client that has seen its request end reads /metrics or /health next: the stats it finds must
+// already be those after the end (they were published after the events once, and the server test
+// of the metrics saw a finished stream still running).
+TEST_F(EngineLoopTest, StatsShowAChoiceFinishedBeforeItsLastEventArrives) {
+  EngineLoop loop(engine, metrics, 4, 8);
+  auto channel = std::make_shared<Channel>();
+  std::promise<LoopStats> at_end;
+  channel->SetNotifier([&] {  // on the loop thread, inside Push
+    for (const ChoiceEvent& e : channel->Take()) {
+      if (e.update.finished()) at_end.set_value(loop.Stats());
+    }
+  });
+  ASSERT_EQ(loop.Submit({{Greedy({5, 6, 7}, 3)}, 1, channel}), SubmitResult::kAccepted);
+  const LoopStats stats = at_end.get_future().get();
+  EXPECT_EQ(stats.engine.running, 0u);
+  EXPECT_EQ(stats.engine.waiting, 0u);
+  EXPECT_EQ(stats.outstanding, 0u);
+}
+
 TEST_F(EngineLoopTest, SiblingsAdoptTheFirstChoicesPrompt) {
   EngineLoop loop(engine, metrics, 4, 8);
   std::vector<int32_t> prompt;
