@@ -659,6 +659,9 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
                                    {MatrixFormat::kFP8Block32, 67, 320, false, 100, 134, true},
                                    // M >= 3 at this K: the AVX2 tiles' K chunks, NaN codes included
                                    {MatrixFormat::kFP8Block32, 40, 3200, false, 100, 134, true},
+                                   // and without them, scales low enough that the activations take
+                                   // them (ScaleActivations), over scale blocks of 32 rows
+                                   {MatrixFormat::kFP8Block32, 70, 2560, false, 60, 100},
                                    {MatrixFormat::kFP8Block32, 33, 96, false},
                                    {MatrixFormat::kFP4Row32, 45, 2304, false},
                                    {MatrixFormat::kFP4Row32, 9, 64, false},
