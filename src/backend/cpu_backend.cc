@@ -71,7 +71,7 @@ uint64_t StepKey(StepShape shape) {
 
 void CpuBackend::BeginStep(StepShape shape) {
   recorded_step_start_.reset();
-  if (gemv_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == gemv_record_->step_rows) {
+  if (linear_record_ != nullptr && shape.kind == StepKind::kForward && shape.rows == linear_record_->step_rows) {
     recorded_step_start_ = std::chrono::steady_clock::now();
   }
   steps_.Begin(StepKey(shape));
@@ -79,9 +79,9 @@ void CpuBackend::BeginStep(StepShape shape) {
 
 void CpuBackend::EndStep(bool completed) {
   steps_.End(completed);
-  if (gemv_record_ != nullptr && recorded_step_start_) {
-    ++gemv_record_->forwards;
-    gemv_record_->forward_seconds +=
+  if (linear_record_ != nullptr && recorded_step_start_) {
+    ++linear_record_->forwards;
+    linear_record_->forward_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - *recorded_step_start_).count();
   }
   recorded_step_start_.reset();
@@ -92,7 +92,7 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
   CheckShape(x, m, w.cols, "linear input");
   CheckShape(y, m, w.rows, "linear output");
   if (m == 0) return;
-  const bool timed = gemv_record_ != nullptr && (m <= GemvRecord::kGemvMaxRows || recorded_step_start_);
+  const bool timed = linear_record_ != nullptr && (m <= LinearRecord::kGemvMaxRows || recorded_step_start_);
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   switch (numerics) {
     case LinearNumerics::kCheckpoint:
@@ -103,23 +103,23 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
       DenseLinear(w, x.host<float>(), m, y.host<float>(), numerics == LinearNumerics::kBf16, cpu_);
       break;
   }
-  if (timed) RecordGemv(w, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (timed) RecordLinear(w, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-void CpuBackend::RecordGemv(const WeightMatrix& w, int64_t m, double seconds) {
-  constexpr uint64_t kGemvRecordMinBytes = uint64_t{1} << 20;
+void CpuBackend::RecordLinear(const WeightMatrix& w, int64_t m, double seconds) {
+  constexpr uint64_t kLinearRecordMinBytes = uint64_t{1} << 20;
   if (recorded_step_start_) {
-    GemvRecord::FormatTime& t = gemv_record_->by_format[static_cast<int>(w.format)];
+    LinearRecord::FormatTime& t = linear_record_->by_format[static_cast<int>(w.format)];
     ++t.calls;
     t.bytes += w.bytes();
     t.seconds += seconds;
   }
-  if (m > GemvRecord::kGemvMaxRows || w.bytes() < kGemvRecordMinBytes) return;
+  if (m > LinearRecord::kGemvMaxRows || w.bytes() < kLinearRecordMinBytes) return;
   const double rate = seconds > 0.0 ? static_cast<double>(w.bytes()) / seconds : 0.0;
-  ++gemv_record_->calls;
-  if (rate > gemv_record_->best_bytes_per_s) {
-    gemv_record_->best_bytes_per_s = rate;
-    gemv_record_->best_bytes = w.bytes();
+  ++linear_record_->gemv_calls;
+  if (rate > linear_record_->best_gemv_bytes_per_s) {
+    linear_record_->best_gemv_bytes_per_s = rate;
+    linear_record_->best_gemv_bytes = w.bytes();
   }
 }
 
@@ -132,7 +132,7 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
   DI_CHECK(w.cols == group_in, "grouped linear: weight of ", w.cols, " columns for groups of ", group_in);
   Tensor input = workspace_.Take<float>({rows, group_in});
   Tensor output = workspace_.Take<float>({rows, group_out});
-  const bool timed = gemv_record_ != nullptr && (rows <= GemvRecord::kGemvMaxRows || recorded_step_start_);
+  const bool timed = linear_record_ != nullptr && (rows <= LinearRecord::kGemvMaxRows || recorded_step_start_);
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   for (int g = 0; g < groups; ++g) {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x.row<float>(r) + g * group_in, group_in, input.row<float>(r));
@@ -140,7 +140,7 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
                 /*round_to_bf16=*/true, cpu_);
     for (int64_t r = 0; r < rows; ++r) std::copy_n(output.row<float>(r), group_out, y.row<float>(r) + g * group_out);
   }
-  if (timed) RecordGemv(w, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (timed) RecordLinear(w, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void CpuBackend::Copy(const Tensor& from, const Tensor& to) {

@@ -22,11 +22,11 @@ namespace deepinfer {
 // bandwidth that no background noise of the machine can inflate; and, in the forwards of exactly
 // `step_rows` rows (one decode batch size), every linear's time and weight bytes by weight format
 // and those forwards' own time: where a decode step's time goes.
-struct GemvRecord {
+struct LinearRecord {
   static constexpr int64_t kGemvMaxRows = 4;
-  double best_bytes_per_s = 0.0;
-  uint64_t best_bytes = 0;  // the weight bytes of that call
-  int64_t calls = 0;        // GEMV-shaped calls of >= 1 MiB
+  double best_gemv_bytes_per_s = 0.0;
+  uint64_t best_gemv_bytes = 0;  // the weight bytes of that call
+  int64_t gemv_calls = 0;        // GEMV-shaped calls of >= 1 MiB
   struct FormatTime {
     int64_t calls = 0;
     uint64_t bytes = 0;
@@ -49,8 +49,8 @@ class CpuBackend final : public Backend {
   Workspace& workspace() override { return workspace_; }
   uint64_t held_bytes() const override { return workspace_.held_bytes() + scratch_.held_bytes(); }
   const CpuContext& cpu() const { return cpu_; }
-  // Times the GEMV-shaped linears into `record` (nullptr: stop). Not thread-safe with a running op.
-  void RecordGemvs(GemvRecord* record) { gemv_record_ = record; }
+  // Times the linears into `record` (nullptr: stop). Not thread-safe with a running op.
+  void RecordLinears(LinearRecord* record) { linear_record_ = record; }
   // How many steps ran on one thread (StepParallelism: where the hand-offs cost more than the
   // other threads save).
   StepParallelism::Stats step_stats() const { return steps_.stats(); }
@@ -96,11 +96,11 @@ class CpuBackend final : public Backend {
   void EngramGate(const Tensor& kv, std::span<const float> gate_weight, float eps, const Tensor& streams) override;
 
  private:
-  // Adds one linear of `m` rows that took `seconds` to the attached GemvRecord.
-  void RecordGemv(const WeightMatrix& w, int64_t m, double seconds);
+  // Adds one linear of `m` rows that took `seconds` to the attached LinearRecord.
+  void RecordLinear(const WeightMatrix& w, int64_t m, double seconds);
 
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
-  GemvRecord* gemv_record_ = nullptr;
+  LinearRecord* linear_record_ = nullptr;
   std::optional<std::chrono::steady_clock::time_point> recorded_step_start_;  // of a forward of step_rows under way
   CpuContext cpu_;
   StepParallelism steps_;

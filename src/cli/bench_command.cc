@@ -155,7 +155,7 @@ struct DecodeResult {
   uint64_t serial_steps = 0;
   // The linears of this batch's forwards by weight format (prompt forwards excluded), and at
   // batch 1 the fastest GEMV.
-  GemvRecord linears;
+  LinearRecord linears;
   // The step's roofline: the longer of reading its bytes at `bytes_per_s` and doing its FLOPs at
   // `flops_per_s`.
   double roofline_seconds(double bytes_per_s, double flops_per_s) const {
@@ -471,21 +471,21 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   std::vector<DecodeResult> decode;
   for (int64_t batch : o.batch_sizes) {
     Progress("decode, batch " + std::to_string(batch));
-    GemvRecord linears;
+    LinearRecord linears;
     linears.step_rows = batch;
-    backend.RecordGemvs(&linears);
+    backend.RecordLinears(&linears);
     const StepParallelism::Stats before = backend.step_stats();
     decode.push_back(RunDecode(*model, ctx, batch, o.warmup, o.decode_tokens));
     decode.back().steps = backend.step_stats().steps - before.steps;
     decode.back().serial_steps = backend.step_stats().serial_steps - before.serial_steps;
     decode.back().linears = linears;
-    backend.RecordGemvs(nullptr);
+    backend.RecordLinears(nullptr);
     probe.Sample(kBandwidthBetweenPasses);
   }
   // (ParseBenchOptions puts batch 1 in every run.)
   const DecodeResult& one =
       *std::find_if(decode.begin(), decode.end(), [](const DecodeResult& d) { return d.batch == 1; });
-  const GemvRecord& gemvs = one.linears;
+  const LinearRecord& gemvs = one.linears;  // the best GEMV
 
   std::vector<ThreadComparison> comparisons;
   if (o.compare_threads) {
@@ -508,7 +508,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
 
   const ReadBandwidthProbe::Summary bandwidth = probe.summary();
   const double read_gb_s = bandwidth.median / 1e9;
-  const double best_gemv_gb_s = gemvs.best_bytes_per_s / 1e9;
+  const double best_gemv_gb_s = gemvs.best_gemv_bytes_per_s / 1e9;
   auto gb_s = [](const DecodeResult& d) { return d.bytes_per_step / d.step_seconds / 1e9; };
   // Each batch's linears by weight format, per forward (the text and the JSON).
   struct FormatRow {
@@ -520,13 +520,13 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     double forward_ms = 0.0;
     std::vector<FormatRow> rows;
   };
-  const auto format_rows = [](const GemvRecord& record) {
+  const auto format_rows = [](const LinearRecord& record) {
     FormatRows out;
     out.forwards = record.forwards;
     const double forwards = static_cast<double>(std::max<int64_t>(1, record.forwards));
     out.forward_ms = record.forward_seconds / forwards * 1e3;
     for (int f = 0; f < kMatrixFormats; ++f) {
-      const GemvRecord::FormatTime& t = record.by_format[f];
+      const LinearRecord::FormatTime& t = record.by_format[f];
       if (t.calls == 0) continue;
       out.rows.push_back({MatrixFormatName(static_cast<MatrixFormat>(f)), t.seconds / forwards * 1e3,
                           static_cast<double>(t.bytes) / forwards / 1e6,
@@ -550,10 +550,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
       "  DRAM read bandwidth   %10.2f GB/s      (1 GiB vectorised sum: median of %d passes between the "
       "phases, %.2f-%.2f)\n",
       read_gb_s, bandwidth.passes, bandwidth.min / 1e9, bandwidth.max / 1e9);
-  if (gemvs.calls > 0) {
+  if (gemvs.gemv_calls > 0) {
     std::printf(
         "  best GEMV             %10.2f GB/s      (%.1f MB of weights; fastest of %lld batch-1 linears >= 1 MiB)\n",
-        best_gemv_gb_s, static_cast<double>(gemvs.best_bytes) / 1e6, static_cast<long long>(gemvs.calls));
+        best_gemv_gb_s, static_cast<double>(gemvs.best_gemv_bytes) / 1e6, static_cast<long long>(gemvs.gemv_calls));
   }
   std::printf("  FLOP peak             %10.2f GFLOP/s   (%s, 12 chains per thread)\n", peak_flops / 1e9,
               std::string(PeakKindName(peak_kind)).c_str());
