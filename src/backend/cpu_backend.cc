@@ -92,7 +92,7 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
   CheckShape(x, m, w.cols, "linear input");
   CheckShape(y, m, w.rows, "linear output");
   if (m == 0) return;
-  const bool timed = linear_record_ != nullptr && (m <= LinearRecord::kGemvMaxRows || recorded_step_start_);
+  const bool timed = TimesLinear(m);
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   switch (numerics) {
     case LinearNumerics::kCheckpoint:
@@ -107,14 +107,13 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
 }
 
 void CpuBackend::RecordLinear(const WeightMatrix& w, int64_t m, double seconds) {
-  constexpr uint64_t kLinearRecordMinBytes = uint64_t{1} << 20;
   if (recorded_step_start_) {
     LinearRecord::FormatTime& t = linear_record_->by_format[static_cast<int>(w.format)];
     ++t.calls;
     t.bytes += w.bytes();
     t.seconds += seconds;
   }
-  if (m > LinearRecord::kGemvMaxRows || w.bytes() < kLinearRecordMinBytes) return;
+  if (m > LinearRecord::kGemvMaxRows || w.bytes() < LinearRecord::kGemvMinBytes) return;
   const double rate = seconds > 0.0 ? static_cast<double>(w.bytes()) / seconds : 0.0;
   ++linear_record_->gemv_calls;
   if (rate > linear_record_->best_gemv_bytes_per_s) {
@@ -132,7 +131,7 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
   DI_CHECK(w.cols == group_in, "grouped linear: weight of ", w.cols, " columns for groups of ", group_in);
   Tensor input = workspace_.Take<float>({rows, group_in});
   Tensor output = workspace_.Take<float>({rows, group_out});
-  const bool timed = linear_record_ != nullptr && (rows <= LinearRecord::kGemvMaxRows || recorded_step_start_);
+  const bool timed = TimesLinear(rows);
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   for (int g = 0; g < groups; ++g) {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(x.row<float>(r) + g * group_in, group_in, input.row<float>(r));

@@ -18,15 +18,16 @@
 namespace deepinfer {
 
 // What `bench` times while it is attached: the fastest weight stream of the GEMV-shaped linears
-// (M <= kGemvMaxRows, >= 1 MiB of weights), a second denominator beside the probe's DRAM
+// (M <= kGemvMaxRows, >= kGemvMinBytes of weights), a second denominator beside the probe's DRAM
 // bandwidth that no background noise of the machine can inflate; and, in the forwards of exactly
 // `step_rows` rows (one decode batch size), every linear's time and weight bytes by weight format
 // and those forwards' own time: where a decode step's time goes.
 struct LinearRecord {
   static constexpr int64_t kGemvMaxRows = 4;
+  static constexpr uint64_t kGemvMinBytes = uint64_t{1} << 20;
   double best_gemv_bytes_per_s = 0.0;
   uint64_t best_gemv_bytes = 0;  // the weight bytes of that call
-  int64_t gemv_calls = 0;        // GEMV-shaped calls of >= 1 MiB
+  int64_t gemv_calls = 0;        // GEMV-shaped calls
   struct FormatTime {
     int64_t calls = 0;
     uint64_t bytes = 0;
@@ -96,6 +97,10 @@ class CpuBackend final : public Backend {
   void EngramGate(const Tensor& kv, std::span<const float> gate_weight, float eps, const Tensor& streams) override;
 
  private:
+  // Whether a linear of `m` rows is timed for the attached LinearRecord.
+  bool TimesLinear(int64_t m) const {
+    return linear_record_ != nullptr && (m <= LinearRecord::kGemvMaxRows || recorded_step_start_);
+  }
   // Adds one linear of `m` rows that took `seconds` to the attached LinearRecord.
   void RecordLinear(const WeightMatrix& w, int64_t m, double seconds);
 

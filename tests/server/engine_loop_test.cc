@@ -83,7 +83,6 @@ TEST_F(EngineLoopTest, DeliversEachChoiceToItsChannel) {
   EXPECT_EQ(loop.Stats().outstanding, 0u);
 }
 
-// n > 1: the siblings wait for the first choice's prefill and adopt it from the prefix cache.
 // A client that has seen its request end reads /metrics or /health next: the stats it finds must
 // already be those after the end (they were published after the events once, and the server test
 // of the metrics saw a finished stream still running).
@@ -103,6 +102,7 @@ TEST_F(EngineLoopTest, StatsShowAChoiceFinishedBeforeItsLastEventArrives) {
   EXPECT_EQ(stats.outstanding, 0u);
 }
 
+// n > 1: the siblings wait for the first choice's prefill and adopt it from the prefix cache.
 TEST_F(EngineLoopTest, SiblingsAdoptTheFirstChoicesPrompt) {
   EngineLoop loop(engine, metrics, 4, 8);
   std::vector<int32_t> prompt;
