@@ -547,6 +547,28 @@ TEST(LinearSimd, DispatchFromCpuContext) {
   EXPECT_EQ(0, std::memcmp(y.data(), direct.data(), y.size() * sizeof(float)));
 }
 
+// A small matrix (the embedded model's FP8 wo_a, 128 x 128, 17 KB) is not worth a hand-off for
+// one activation row, but is for 16: the split counts each row's work, not only its bytes.
+TEST(LinearSimd, SmallMatricesSplitByTheirWork) {
+  SKIP_WITHOUT_SIMD();
+  std::mt19937_64 rng(6);
+  const TestMatrix w = MakeQuantized(MatrixFormat::kFP8Block32, 128, 128, rng);
+  const std::vector<float> x = MakeActivations(16, 128, rng);
+  for (const Target& t : Targets()) {
+    ThreadPool pool(2);
+    std::vector<float> y(16 * 128);
+    std::vector<uint8_t> interleaved;
+    const WeightMatrix target_w = ForTarget(t, w.w, interleaved);
+    auto hand_offs = [&](int64_t m) {
+      const uint64_t before = pool.hand_offs().calls;
+      Linear(target_w, x.data(), m, y.data(), CpuContext{pool, t.isa, nullptr, t.dot});
+      return pool.hand_offs().calls - before;
+    };
+    EXPECT_EQ(hand_offs(1), 0u) << t.name;
+    EXPECT_GE(hand_offs(16), 1u) << t.name;
+  }
+}
+
 // ---- the instruction semantics the contract relies on -----------------------------------------
 
 // vdpbf16ps lane i: fl(fl(acc + a[2i+1] * b[2i+1]) + a[2i] * b[2i]) (odd product first, two
