@@ -36,8 +36,12 @@ void StepParallelism::Begin(uint64_t shape) {
   DI_CHECK(current_ == nullptr, "StepParallelism::Begin inside a step");
   Shape& s = shapes_[shape];
   // A shape that stopped being probeable (its calls grew long) goes back to all threads.
-  if (s.serial && !Probeable(s)) s.serial = false;
-  probing_ = Probeable(s) && s.steps >= s.next_probe && s.last_seconds > 0.0;
+  if (!Probeable(s)) {
+    s.serial = false;
+    s.evidence = 0.0;
+    s.probe_seconds = 0.0;
+  }
+  probing_ = Probeable(s) && s.probe_seconds == 0.0 && s.steps >= s.next_probe && s.last_seconds > 0.0;
   serial_now_ = options_.way == Way::kOneThread || s.serial != probing_;
   current_ = &s;
   pool_.SetSerial(serial_now_);
@@ -59,34 +63,51 @@ void StepParallelism::End(bool completed) {
     s.call_seconds = calls > 0 ? (now.seconds - hand_offs_at_begin_.seconds) / static_cast<double>(calls) : -1.0;
   }
   if (probing_) {
-    // log(serial / parallel) from this probe and the step before it.
-    const double sample = std::log(seconds / s.last_seconds) * (serial_now_ ? 1.0 : -1.0);
-    s.log_ratio = s.sampled ? (1.0 - kSampleWeight) * s.log_ratio + kSampleWeight * sample : sample;
-    s.sampled = true;
-    const bool was_serial = s.serial;
-    if (!s.serial && s.log_ratio < -kSwitchMargin) {
-      s.serial = true;
-    } else if (s.serial && s.log_ratio > kSwitchMargin) {
-      s.serial = false;
-    }
-    // How much the probe's way lost by (negative: it won).
-    const double probe_loss = serial_now_ ? sample : -sample;
-    if (s.serial != was_serial || probe_loss < kClearMargin) {
-      s.interval = kMinInterval;
-    } else {
-      s.interval = std::min(2 * s.interval, kMaxInterval);
-    }
-    // The probe's extra time, in steps of the current way.
-    const double extra_steps = s.serial != was_serial ? 0.0 : std::expm1(std::max(0.0, probe_loss));
-    const double paid_down = std::min(std::ceil(extra_steps / kProbeCostBudget), static_cast<double>(kMaxCostInterval));
-    s.next_probe = s.steps + 1 + std::max(s.interval, static_cast<uint64_t>(paid_down));
+    s.before_seconds = s.last_seconds;
+    s.probe_seconds = seconds;
+    s.last_was_current = false;
     ++stats_.probes;
   } else {
+    if (s.last_was_current && s.steps > 1) {  // step 0 is cold
+      const double pair = std::log(seconds / s.last_seconds);
+      s.pair_variance = (1.0 - kNoiseWeight) * s.pair_variance + kNoiseWeight * pair * pair;
+    }
+    if (s.probe_seconds > 0.0) Learn(s, seconds);
     s.last_seconds = seconds;
+    s.last_was_current = true;
   }
   ++s.steps;
   ++stats_.steps;
   if (serial_now_) ++stats_.serial_steps;
+}
+
+void StepParallelism::Learn(Shape& s, double after_seconds) {
+  // How much the probe's way lost by, as a log ratio (negative: it won).
+  const double probe_loss = std::log(s.probe_seconds) - 0.5 * (std::log(s.before_seconds) + std::log(after_seconds));
+  s.probe_seconds = 0.0;
+  // A sample's variance: the probe's step's, plus half a step's (the mean of two references); a
+  // step's is half a pair's.
+  const double step_variance = std::max(0.5 * s.pair_variance, kLeastStepNoise * kLeastStepNoise);
+  const double sample_noise = std::sqrt(1.5 * step_variance);
+  const double gain = std::clamp((-probe_loss - kSwitchMargin) / sample_noise, -kMostPerSample, kMostPerSample);
+  s.evidence = std::max(0.0, s.evidence + gain - kEvidenceSlack);
+  if (s.evidence >= kEvidenceToSwitch) {
+    s.serial = !s.serial;
+    s.evidence = 0.0;
+    s.interval = kMinInterval;
+    s.next_probe = s.steps + kMinInterval;
+    return;
+  }
+  // The step completing the sample is s.steps; the probe was the one before it.
+  if (s.evidence > 0.0) {
+    s.next_probe = s.steps - 1 + kConfirmInterval;
+    return;
+  }
+  s.interval = probe_loss < kClearMargin ? kMinInterval : std::min(2 * s.interval, kMaxInterval);
+  // The probe's extra time, in steps of the current way.
+  const double extra_steps = std::expm1(std::max(0.0, probe_loss));
+  const double paid_down = std::min(std::ceil(extra_steps / kProbeCostBudget), static_cast<double>(kMaxCostInterval));
+  s.next_probe = s.steps + std::max(s.interval, static_cast<uint64_t>(paid_down));
 }
 
 }  // namespace deepinfer

@@ -11,11 +11,19 @@
 // saves, and no fixed threshold is right on every host in every minute.
 //
 // How: a shape's steps run on all threads at first. From its third step on, every `interval`-th
-// step runs the other way (a probe); its time against the time of the shape's step just before
-// it (run the current way) is one sample of serial / parallel time, and a moving average of the
-// samples' logarithms picks the way. A probe that confirms the current way by a clear margin
-// doubles the interval (up to kMaxInterval), so a settled shape spends few steps probing, and a
-// probe that lost by a lot waits until its cost is paid down (kProbeCostBudget).
+// step runs the other way (a probe). A probe's time against the geometric mean of the shape's
+// steps just before and just after it (both run the current way, so a host that drifts slower or
+// faster favours neither) is one sample of the other way's gain. A step here varies by ~15% from
+// the next and one in twenty is held up by half again, far more than the few percent between the
+// ways, so one sample decides nothing. The samples feed a one-sided cumulative sum (CUSUM) in
+// units of the shape's own step-to-step noise, measured from its consecutive steps: each adds its
+// gain beyond kSwitchMargin, less a slack, and the way changes when the sum reaches
+// kEvidenceToSwitch. So a host with quiet steps decides within a few probes on a difference of a
+// few percent, a noisy one needs the difference to be large or many samples to agree, and two
+// equal ways stay as they are. While the sum is above zero the next probe follows at once; a probe
+// that confirms the current way by a clear margin doubles the interval (up to kMaxInterval), so
+// a settled shape spends few steps probing, and a probe that lost by a lot waits until its cost is
+// paid down (kProbeCostBudget).
 //
 // Only shapes whose handed-off calls are short get probed. A serial run saves at most the
 // hand-off of each call, while the second thread saves about half of each call's work; so where
@@ -46,9 +54,25 @@ class StepParallelism {
   static constexpr uint64_t kFirstProbeStep = 2;  // steps 0 and 1 run parallel (step 0 is cold)
   static constexpr uint64_t kMinInterval = 8;
   static constexpr uint64_t kMaxInterval = 128;
-  // The way changes when the average says the other is faster by more than this (a log ratio):
-  // hysteresis, so noise between two equal ways does not flip it every probe.
+  // While the evidence for the other way is above zero, probes come this many steps apart (the
+  // step after a probe completes its sample, the next is the following probe's "before").
+  static constexpr uint64_t kConfirmInterval = 3;
+  // A gain of the other way smaller than this (a log ratio) is no reason to change.
   static constexpr double kSwitchMargin = 0.02;
+  // The CUSUM, in units of a sample's noise: each sample adds its gain beyond the margin, at most
+  // kMostPerSample, less kEvidenceSlack; the way changes at kEvidenceToSwitch. The cap makes it
+  // take at least 4 samples: a burst of host noise fakes one or two, rarely four in a row (the
+  // tests' simulated host: where all threads are 8% faster, no run of 66 steps in 200 spent more
+  // than 20% of its steps serial; without the cap, 29%).
+  static constexpr double kEvidenceSlack = 0.5;
+  static constexpr double kEvidenceToSwitch = 4.0;
+  static constexpr double kMostPerSample = 1.5;
+  // The step-to-step noise (standard deviation of log step time): assumed before a shape has
+  // measured its own, and the least assumed after (a clock and a machine are never exact).
+  static constexpr double kAssumedStepNoise = 0.15;
+  static constexpr double kLeastStepNoise = 0.01;
+  // The weight of a new pair of consecutive steps in the noise's moving average.
+  static constexpr double kNoiseWeight = 1.0 / 16;
   // A probe that loses by more than this confirms the way clearly and doubles the interval.
   static constexpr double kClearMargin = 0.05;
   // A probe that loses costs its extra time once; the next one waits long enough to keep that
@@ -56,8 +80,6 @@ class StepParallelism {
   // worth, so it waits ~1500 steps), up to kMaxCostInterval.
   static constexpr double kProbeCostBudget = 0.01;
   static constexpr uint64_t kMaxCostInterval = 1 << 14;
-  // The weight of a new sample in the moving average.
-  static constexpr double kSampleWeight = 0.5;
 
   // kChoose: as above. kAllThreads / kOneThread: every step that way (measurements, tests).
   enum class Way { kChoose, kAllThreads, kOneThread };
@@ -92,14 +114,20 @@ class StepParallelism {
   struct Shape {
     uint64_t steps = 0;  // completed
     bool serial = false;
-    double log_ratio = 0.0;  // moving average of log(serial time / parallel time)
-    bool sampled = false;
+    double evidence = 0.0;  // the CUSUM for the other way
+    // Moving average of the squared log ratio of consecutive steps run the current way.
+    double pair_variance = 2 * kAssumedStepNoise * kAssumedStepNoise;
+    bool last_was_current = false;  // the shape's last step ran the current way (not a probe)
     uint64_t interval = kMinInterval;
     uint64_t next_probe = kFirstProbeStep;
-    double last_seconds = 0.0;   // the last step run the current way
-    double call_seconds = -1.0;  // mean handed-off call of the last parallel step; < 0: unknown
+    double last_seconds = 0.0;    // the last step run the current way
+    double before_seconds = 0.0;  // the step before the pending probe
+    double probe_seconds = 0.0;   // the pending probe, awaiting the step after it; 0: none
+    double call_seconds = -1.0;   // mean handed-off call of the last parallel step; < 0: unknown
   };
   bool Probeable(const Shape& s) const;
+  // Completes the pending probe's sample with the step after it and updates the way.
+  void Learn(Shape& s, double after_seconds);
 
   ThreadPool& pool_;
   Options options_;
