@@ -233,13 +233,17 @@ DecodeResult RunDecode(const Model& model, const ComputeContext& ctx, int64_t ba
 
 // --compare-threads: the same decode on the default threads and on one, in blocks of
 // kCompareBlock steps that alternate, so both see the same minutes of a noisy host (separate runs
-// move by +-30% here).
+// move by +-30% here); which of a pair of blocks runs first alternates too, so neither profits
+// from the other's warm caches or idle second core.
 constexpr int64_t kCompareBlock = 4;
 struct ThreadComparison {
   int64_t batch = 0;
   double default_seconds = 0.0;  // mean step
   double one_thread_seconds = 0.0;
   double worst_block_ratio = 0.0;  // default / one thread, the worst block pair
+  // The geometric mean of the block pairs' ratios, +- 1.96 standard errors: where the ratio lies
+  // with 95% confidence (pairs of blocks are independent samples of the same two ways).
+  double ratio_low = 0.0, ratio_high = 0.0;
   double ratio() const { return default_seconds / one_thread_seconds; }
 };
 
@@ -252,15 +256,30 @@ ThreadComparison CompareThreads(const Model& model, const ComputeContext& ctx, c
   }
   ThreadComparison c;
   c.batch = batch;
+  std::vector<double> log_ratios;
   for (int64_t done = 0; done < steps; done += kCompareBlock) {
     const int64_t block = std::min(kCompareBlock, steps - done);
-    double all_seconds = 0.0, one_seconds = 0.0;
-    for (int64_t k = 0; k < block; ++k) all_seconds += all.Step(true);
-    for (int64_t k = 0; k < block; ++k) one_seconds += one.Step(true);
-    c.worst_block_ratio = std::max(c.worst_block_ratio, all_seconds / one_seconds);
+    auto run_block = [block](DecodeRun& run) {
+      double seconds = 0.0;
+      for (int64_t k = 0; k < block; ++k) seconds += run.Step(true);
+      return seconds;
+    };
+    const bool all_first = log_ratios.size() % 2 == 0;
+    const double first = run_block(all_first ? all : one);
+    const double second = run_block(all_first ? one : all);
+    const double ratio = all_first ? first / second : second / first;
+    c.worst_block_ratio = std::max(c.worst_block_ratio, ratio);
+    log_ratios.push_back(std::log(ratio));
   }
   c.default_seconds = all.result().step_seconds;
   c.one_thread_seconds = one.result().step_seconds;
+  const double n = static_cast<double>(log_ratios.size());
+  double mean = 0.0, squares = 0.0;
+  for (double r : log_ratios) mean += r / n;
+  for (double r : log_ratios) squares += (r - mean) * (r - mean);
+  const double standard_error = n > 1 ? std::sqrt(squares / (n - 1) / n) : 0.0;
+  c.ratio_low = std::exp(mean - 1.96 * standard_error);
+  c.ratio_high = std::exp(mean + 1.96 * standard_error);
   return c;
 }
 
@@ -607,11 +626,14 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   if (!comparisons.empty()) {
     std::printf("\nthreads: %d against 1, blocks of %lld steps alternating in this process\n", pool.size(),
                 static_cast<long long>(kCompareBlock));
-    std::printf("  %5s %12s %12s %12s %12s\n", "batch", "default ms", "1 thread ms", "default/one", "worst block");
+    std::printf("  %5s %12s %12s %12s %16s %12s\n", "batch", "default ms", "1 thread ms", "default/one", "95% interval",
+                "worst block");
     for (const ThreadComparison& c : comparisons) {
-      std::printf("  %5lld %12.3f %12.3f %12.3f %12.3f\n", static_cast<long long>(c.batch), c.default_seconds * 1e3,
-                  c.one_thread_seconds * 1e3, c.ratio(), c.worst_block_ratio);
+      std::printf("  %5lld %12.3f %12.3f %12.3f %7.3f - %6.3f %12.3f\n", static_cast<long long>(c.batch),
+                  c.default_seconds * 1e3, c.one_thread_seconds * 1e3, c.ratio(), c.ratio_low, c.ratio_high,
+                  c.worst_block_ratio);
     }
+    std::printf("  (95%% interval: the geometric mean of the block pairs' ratios, +-1.96 standard errors)\n");
   }
 
   constexpr int kReleasedLayers = 40;
@@ -700,6 +722,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                         {"default_ms", c.default_seconds * 1e3},
                         {"one_thread_ms", c.one_thread_seconds * 1e3},
                         {"ratio", c.ratio()},
+                        {"ratio_low", c.ratio_low},
+                        {"ratio_high", c.ratio_high},
                         {"worst_block_ratio", c.worst_block_ratio}});
       }
       j["thread_comparison"] = rows;
