@@ -72,16 +72,17 @@ void StepParallelism::End(bool completed) {
       const double pair = std::log(seconds / s.last_seconds);
       s.pair_variance = (1.0 - kNoiseWeight) * s.pair_variance + kNoiseWeight * pair * pair;
     }
-    if (s.probe_seconds > 0.0) Learn(s, seconds);
+    const bool changed_way = s.probe_seconds > 0.0 && Learn(s, seconds);
     s.last_seconds = seconds;
-    s.last_was_current = true;
+    // A step of the way just left makes no pair with the next (the noise is a way's own).
+    s.last_was_current = !changed_way;
   }
   ++s.steps;
   ++stats_.steps;
   if (serial_now_) ++stats_.serial_steps;
 }
 
-void StepParallelism::Learn(Shape& s, double after_seconds) {
+bool StepParallelism::Learn(Shape& s, double after_seconds) {
   // How much the probe's way lost by, as a log ratio (negative: it won).
   const double probe_loss = std::log(s.probe_seconds) - 0.5 * (std::log(s.before_seconds) + std::log(after_seconds));
   s.probe_seconds = 0.0;
@@ -96,18 +97,19 @@ void StepParallelism::Learn(Shape& s, double after_seconds) {
     s.evidence = 0.0;
     s.interval = kMinInterval;
     s.next_probe = s.steps + kMinInterval;
-    return;
+    return true;
   }
   // The step completing the sample is s.steps; the probe was the one before it.
   if (s.evidence > 0.0) {
     s.next_probe = s.steps - 1 + kConfirmInterval;
-    return;
+    return false;
   }
   s.interval = probe_loss < kClearMargin ? kMinInterval : std::min(2 * s.interval, kMaxInterval);
   // The probe's extra time, in steps of the current way.
   const double extra_steps = std::expm1(std::max(0.0, probe_loss));
   const double paid_down = std::min(std::ceil(extra_steps / kProbeCostBudget), static_cast<double>(kMaxCostInterval));
   s.next_probe = s.steps + std::max(s.interval, static_cast<uint64_t>(paid_down));
+  return false;
 }
 
 }  // namespace deepinfer

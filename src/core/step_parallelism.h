@@ -126,8 +126,9 @@ class StepParallelism {
     double call_seconds = -1.0;   // mean handed-off call of the last parallel step; < 0: unknown
   };
   bool Probeable(const Shape& s) const;
-  // Completes the pending probe's sample with the step after it and updates the way.
-  void Learn(Shape& s, double after_seconds);
+  // Completes the pending probe's sample with the step after it and updates the way; returns
+  // whether the way changed.
+  bool Learn(Shape& s, double after_seconds);
 
   ThreadPool& pool_;
   Options options_;
