@@ -234,15 +234,19 @@ double SerialFraction(uint32_t seed, int steps, double serial_cost, double paral
 }
 
 // Where all threads are 8% faster, the noise must not talk the policy into running serial: on 40
-// hosts of 2000 steps each runs at most 5% of its steps serial (its probes included), and on 200
-// runs as short as a bench's (66 steps) none runs more than 20% serial.
+// hosts of 2000 steps each runs at most 5% of its steps serial (its probes included), and 200 runs
+// as short as a bench's (66 steps) run at most 8% serial on average and none more than 25%.
 TEST(StepParallelism, HostNoiseDoesNotTalkItOutOfTheFasterWay) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     EXPECT_LE(SerialFraction(seed, 2000, 1.08, 1.0), 0.05) << "seed " << seed;
   }
+  double sum = 0.0;
   for (uint32_t seed = 1; seed <= 200; ++seed) {
-    EXPECT_LE(SerialFraction(seed, 66, 1.08, 1.0), 0.2) << "seed " << seed;
+    const double fraction = SerialFraction(seed, 66, 1.08, 1.0);
+    EXPECT_LE(fraction, 0.25) << "seed " << seed;
+    sum += fraction;
   }
+  EXPECT_LE(sum / 200, 0.08);
 }
 
 // And where one thread is 30% faster, it finds that under the same noise.
@@ -250,6 +254,31 @@ TEST(StepParallelism, UnderHostNoiseItStillFindsTheFasterWay) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     EXPECT_GE(SerialFraction(seed, 2000, 1.0, 1.3), 0.9) << "seed " << seed;
   }
+}
+
+// A host phase seen here: all threads 15% slower than one and erratic (log standard deviation 0.25,
+// one step in ten held up by 60%), one thread calm (0.1). Over 100 runs of 132 steps (a bench's
+// --compare-threads batch) the policy runs more than half of the steps serial on average.
+TEST(StepParallelism, FindsTheCalmWayWhenTheOtherIsErratic) {
+  double sum = 0.0;
+  for (uint32_t seed = 1; seed <= 100; ++seed) {
+    ThreadPool pool(2);
+    FakeSteps fake(pool);
+    std::mt19937 random(seed);
+    auto normal = [&random] {
+      const double u1 = (static_cast<double>(random()) + 1.0) / 4294967296.0;
+      const double u2 = static_cast<double>(random()) / 4294967296.0;
+      return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    };
+    int serial = 0;
+    for (int i = 0; i < 132; ++i) {
+      const double serial_cost = std::exp(0.1 * normal());
+      const double parallel_cost = 1.15 * std::exp(0.25 * normal()) * (random() % 10 == 0 ? 1.6 : 1.0);
+      serial += fake.Step(1, serial_cost, parallel_cost) ? 1 : 0;
+    }
+    sum += serial / 132.0;
+  }
+  EXPECT_GE(sum / 100, 0.5);
 }
 
 }  // namespace
