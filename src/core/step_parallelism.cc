@@ -63,7 +63,6 @@ void StepParallelism::End(bool completed) {
     s.call_seconds = calls > 0 ? (now.seconds - hand_offs_at_begin_.seconds) / static_cast<double>(calls) : -1.0;
   }
   if (probing_) {
-    s.before_seconds = s.last_seconds;
     s.probe_seconds = seconds;
     s.last_was_current = false;
     ++stats_.probes;
@@ -84,7 +83,8 @@ void StepParallelism::End(bool completed) {
 
 bool StepParallelism::Learn(Shape& s, double after_seconds) {
   // How much the probe's way lost by, as a log ratio (negative: it won).
-  const double probe_loss = std::log(s.probe_seconds) - 0.5 * (std::log(s.before_seconds) + std::log(after_seconds));
+  // (A probe leaves last_seconds alone: it is still the step before the probe.)
+  const double probe_loss = std::log(s.probe_seconds) - 0.5 * (std::log(s.last_seconds) + std::log(after_seconds));
   s.probe_seconds = 0.0;
   // A sample's variance: the probe's step's, plus half a step's (the mean of two references); a
   // step's is half a pair's.

@@ -122,10 +122,10 @@ class StepParallelism {
     bool last_was_current = false;  // the shape's last step ran the current way (not a probe)
     uint64_t interval = kMinInterval;
     uint64_t next_probe = kFirstProbeStep;
-    double last_seconds = 0.0;    // the last step run the current way
-    double before_seconds = 0.0;  // the step before the pending probe
-    double probe_seconds = 0.0;   // the pending probe, awaiting the step after it; 0: none
-    double call_seconds = -1.0;   // mean handed-off call of the last parallel step; < 0: unknown
+    // The last step run the current way (while a probe is pending: the step before it).
+    double last_seconds = 0.0;
+    double probe_seconds = 0.0;  // the pending probe, awaiting the step after it; 0: none
+    double call_seconds = -1.0;  // mean handed-off call of the last parallel step; < 0: unknown
   };
   bool Probeable(const Shape& s) const;
   // Completes the pending probe's sample with the step after it and updates the way; returns
