@@ -204,17 +204,21 @@ TEST(StepParallelism, AStepThatThrowsTeachesNothingAndRestoresTheThreads) {
   EXPECT_EQ(steps.policy().stats().steps, before.steps);
 }
 
+// A standard normal value from the generator's raw 32-bit output (Box-Muller), so the same seed
+// gives the same noise on every platform (std::normal_distribution is implementation-defined).
+double StandardNormal(std::mt19937& random) {
+  const double u1 = (static_cast<double>(random()) + 1.0) / 4294967296.0;
+  const double u2 = static_cast<double>(random()) / 4294967296.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
 // A shared 2-vCPU host as measured (README, threads): a step's time varies by about 15% (log
 // standard deviation) from step to step, and one step in twenty is held up by about half again.
-// The same seed gives the same noise on every platform (the normal values come from the
-// generator's raw 32-bit output).
 class HostNoise {
  public:
   explicit HostNoise(uint32_t seed) : random_(seed) {}
   double Next() {
-    const double u1 = (static_cast<double>(random_()) + 1.0) / 4294967296.0;
-    const double u2 = static_cast<double>(random_()) / 4294967296.0;
-    const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double normal = StandardNormal(random_);
     const double held_up = random_() % 20 == 0 ? 1.5 : 1.0;
     return std::exp(0.15 * normal) * held_up;
   }
@@ -265,15 +269,10 @@ TEST(StepParallelism, FindsTheCalmWayWhenTheOtherIsErratic) {
     ThreadPool pool(2);
     FakeSteps fake(pool);
     std::mt19937 random(seed);
-    auto normal = [&random] {
-      const double u1 = (static_cast<double>(random()) + 1.0) / 4294967296.0;
-      const double u2 = static_cast<double>(random()) / 4294967296.0;
-      return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-    };
     int serial = 0;
     for (int i = 0; i < 132; ++i) {
-      const double serial_cost = std::exp(0.1 * normal());
-      const double parallel_cost = 1.15 * std::exp(0.25 * normal()) * (random() % 10 == 0 ? 1.6 : 1.0);
+      const double serial_cost = std::exp(0.1 * StandardNormal(random));
+      const double parallel_cost = 1.15 * std::exp(0.25 * StandardNormal(random)) * (random() % 10 == 0 ? 1.6 : 1.0);
       serial += fake.Step(1, serial_cost, parallel_cost) ? 1 : 0;
     }
     sum += serial / 132.0;
