@@ -39,11 +39,11 @@ REQUIRED = {
     "AVX2 streaming group tiles": re.compile(
         r"^GroupTile<((FP4Row32|BF16|F32), \d, \d|FP8Block32, (1, [1-5]|2, [12])|FP8Block32, 1, 6, false)(, (true|false))?>"),
     "AVX2 half-major streaming tiles": re.compile(r"^HalfGroupTile<"),
-    "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|WeightedSumForHeads|WeightedSumColumns)<"),
+    "attention q.k tiles and P.V sums": re.compile(r"^(DotTile|DotQuarter|WeightedSumForHeads|WeightedSumColumns)<"),
 }
 # Families checked over the whole function, not only its innermost loops.
 WHOLE_FUNCTION = {"AVX-512 fp32 GEMM micro-kernel", "AVX-512 vdpbf16ps GEMM micro-kernels"}
-KERNEL = re.compile(r"^(Tile|GroupTile|HalfGroupTile|TileDp|TileDpInterleaved|TileInterleavedRows|TileFma|TileFmaInterleavedBf16|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|WeightedSumForHeads|WeightedSumColumns)\b")
+KERNEL = re.compile(r"^(Tile|GroupTile|HalfGroupTile|TileDp|TileDpInterleaved|TileInterleavedRows|TileFma|TileFmaInterleavedBf16|MicroDpMx4|MicroMx4|Micro|Stream|StreamRowsT|GemmTile|PanelRowsT|PanelRows|DotTile|DotQuarter|WeightedSumForHeads|WeightedSumColumns)\b")
 
 
 def matrix_formats():

@@ -17,6 +17,20 @@
 
 namespace deepinfer {
 
+namespace {
+
+// DotProductAvx512's reduction tree on the four 8-lane quarters of its accumulators (acc0's lanes
+// 0-7 and 8-15, then acc1's): v = acc0 + acc1, then halves of 8, 4, 2, 1.
+DI_AVX2 inline float ReduceQuarters(__m256 acc0_lo, __m256 acc0_hi, __m256 acc1_lo, __m256 acc1_hi) {
+  const __m256 s8 = _mm256_add_ps(_mm256_add_ps(acc0_lo, acc1_lo), _mm256_add_ps(acc0_hi, acc1_hi));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+}  // namespace
+
 DI_AVX2 float DotProductAvx2(const float* a, const float* b, int64_t n) {
   // acc0 = lanes 0-15 of DotProductAvx512's first accumulator (lo, hi halves), acc1 its second.
   __m256 acc0_lo = _mm256_setzero_ps(), acc0_hi = _mm256_setzero_ps();
@@ -32,22 +46,70 @@ DI_AVX2 float DotProductAvx2(const float* a, const float* b, int64_t n) {
     acc0_lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0_lo);
     acc0_hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc0_hi);
   }
-  // The AVX-512 tree: v = acc0 + acc1, then halves of 8, 4, 2, 1.
-  const __m256 s8 = _mm256_add_ps(_mm256_add_ps(acc0_lo, acc1_lo), _mm256_add_ps(acc0_hi, acc1_hi));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  float sum = _mm_cvtss_f32(s4);
+  float sum = ReduceQuarters(acc0_lo, acc0_hi, acc1_lo, acc1_hi);
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
 
 namespace {
 
-DI_AVX2 void DotsAvx2(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores) {
-  for (int g = 0; g < heads; ++g) {
-    for (int k = 0; k < count; ++k) scores[g * kSparseAttentionBlock + k] = DotProductAvx2(q + g * dim, kv[k], dim);
+// Quarter c (elements 8c to 8c + 7 of every 32, the accumulator DotProductAvx2 names by c) of
+// kHeads queries x kEntries keys' dot products, with dim % 16 == 0: the quarters' chains are
+// independent, so running one quarter at a time for 12 pairs keeps 12 chains in registers, and
+// every key load feeds kHeads FMAs and every query load kEntries (one pair at a time: 2 loads
+// per FMA, 4 chains).
+template <int kHeads, int kEntries>
+DI_AVX2 void DotQuarter(const float* q, int64_t dim, const float* const* kv, int c, __m256* sums) {
+  __m256 acc[kHeads][kEntries];
+#pragma GCC unroll 4
+  for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 4
+    for (int e = 0; e < kEntries; ++e) acc[g][e] = _mm256_setzero_ps();
   }
+  // dim % 32 == 16 leaves one 16-element step, into acc0's quarters (c = 0, 1).
+  const int64_t end = c < 2 ? dim : dim / 32 * 32;
+  for (int64_t i = 8 * c; i < end; i += 32) {
+    __m256 k[kEntries];
+#pragma GCC unroll 4
+    for (int e = 0; e < kEntries; ++e) k[e] = _mm256_loadu_ps(kv[e] + i);
+#pragma GCC unroll 4
+    for (int g = 0; g < kHeads; ++g) {
+      const __m256 qg = _mm256_loadu_ps(q + g * dim + i);
+#pragma GCC unroll 4
+      for (int e = 0; e < kEntries; ++e) acc[g][e] = _mm256_fmadd_ps(qg, k[e], acc[g][e]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < kHeads; ++g) {
+#pragma GCC unroll 4
+    for (int e = 0; e < kEntries; ++e) sums[g * kEntries + e] = acc[g][e];
+  }
+}
+
+// kHeads queries x kEntries keys, each pair exactly DotProductAvx2 (dim % 16 == 0).
+template <int kHeads, int kEntries>
+DI_AVX2 void DotTile(const float* q, int64_t dim, const float* const* kv, float* scores) {
+  __m256 quarters[4][kHeads * kEntries];
+  for (int c = 0; c < 4; ++c) DotQuarter<kHeads, kEntries>(q, dim, kv, c, quarters[c]);
+  for (int g = 0; g < kHeads; ++g) {
+    for (int e = 0; e < kEntries; ++e) {
+      const int pair = g * kEntries + e;
+      scores[g * kSparseAttentionBlock + e] =
+          ReduceQuarters(quarters[0][pair], quarters[1][pair], quarters[2][pair], quarters[3][pair]);
+    }
+  }
+}
+
+template <int kHeads>
+DI_AVX2 void DotsForHeads(const float* q, int64_t dim, const float* const* kv, int count, float* scores) {
+  int k = 0;
+  for (; k + 3 <= count; k += 3) DotTile<kHeads, 3>(q, dim, kv + k, scores + k);
+  if (count - k == 2) DotTile<kHeads, 2>(q, dim, kv + k, scores + k);
+  if (count - k == 1) DotTile<kHeads, 1>(q, dim, kv + k, scores + k);
+}
+
+DI_AVX2 void DotsAvx2(const float* q, int heads, int64_t dim, const float* const* kv, int count, float* scores) {
+  WithHeadCount(heads, [&]<int kHeads>() { DotsForHeads<kHeads>(q, dim, kv, count, scores); });
 }
 
 // The block's P.V with kHeads heads x 16 elements of accumulators in registers across all
