@@ -142,6 +142,13 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
   if (timed) RecordLinear(w, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+void CpuBackend::ForEachRow(int64_t rows, size_t bytes_per_row, FunctionRef<void(int64_t row, int thread)> body) {
+  cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), ThreadPool::MinItemsPerPart(bytes_per_row),
+                               [&](size_t begin, size_t end, int thread) {
+                                 for (size_t r = begin; r < end; ++r) body(static_cast<int64_t>(r), thread);
+                               });
+}
+
 void CpuBackend::Copy(const Tensor& from, const Tensor& to) {
   DI_CHECK(from.dtype == to.dtype && from.elements() == to.elements(), "copy of ", from.elements(), " ",
            ElementTypeName(from.dtype), " to ", to.elements(), " ", ElementTypeName(to.dtype));
@@ -153,19 +160,19 @@ void CpuBackend::Embed(const WeightMatrix& table, std::span<const int32_t> token
   const int64_t dim = table.cols;
   const int64_t rows = static_cast<int64_t>(tokens.size());
   CheckShape(streams, rows, copies * dim, "embedding streams");
-  for (int64_t r = 0; r < rows; ++r) {
+  ForEachRow(rows, static_cast<size_t>(copies * dim) * sizeof(float), [&](int64_t r, int) {
     float* first = streams.row<float>(r);
     table.DequantizedRow(tokens[r], first);
     for (int i = 1; i < copies; ++i) std::copy_n(first, dim, first + i * dim);
-  }
+  });
 }
 
 void CpuBackend::RmsNorm(const Tensor& x, std::span<const float> weight, float eps, const Tensor& out) {
   const int64_t dim = static_cast<int64_t>(weight.size());
   CheckShape(x, x.rows(), dim, "rmsnorm input");
   CheckShape(out, x.rows(), dim, "rmsnorm output");
-  for (int64_t r = 0; r < x.rows(); ++r)
-    deepinfer::RmsNorm(x.row<float>(r), dim, weight.data(), eps, out.row<float>(r));
+  ForEachRow(x.rows(), 2 * sizeof(float) * static_cast<size_t>(dim),
+             [&](int64_t r, int) { deepinfer::RmsNorm(x.row<float>(r), dim, weight.data(), eps, out.row<float>(r)); });
 }
 
 void CpuBackend::Rope(const Tensor& x, int heads, const RopeTable& table, std::span<const int64_t> positions,
@@ -174,13 +181,14 @@ void CpuBackend::Rope(const Tensor& x, int heads, const RopeTable& table, std::s
            " rows");
   const int64_t head_dim = x.row_elements() / heads;
   const int64_t pairs = table.pairs();
-  std::span<float> cos = workspace_.TakeArray<float>(pairs);
-  std::span<float> sin = workspace_.TakeArray<float>(pairs);
-  for (int64_t r = 0; r < x.rows(); ++r) {
-    table.CosSin(positions[r], cos.data(), sin.data());
+  scratch_.Reserve(0, 2 * sizeof(float) * static_cast<size_t>(pairs));
+  ForEachRow(x.rows(), 2 * sizeof(float) * static_cast<size_t>(heads * 2 * pairs), [&](int64_t r, int thread) {
+    float* cos_sin = scratch_.Get<float>(thread, 0, static_cast<size_t>(2 * pairs));
+    const std::span<const float> cos(cos_sin, pairs), sin(cos_sin + pairs, pairs);
+    table.CosSin(positions[r], cos_sin, cos_sin + pairs);
     float* row = x.row<float>(r);
     for (int h = 0; h < heads; ++h) ApplyRope(row + h * head_dim + head_dim - 2 * pairs, cos, sin, inverse);
-  }
+  });
 }
 
 void CpuBackend::HcMixes(const Tensor& streams, const WeightMatrix& fn, std::span<const float> base,
@@ -196,7 +204,7 @@ void CpuBackend::HcMixes(const Tensor& streams, const WeightMatrix& fn, std::spa
   CheckShape(comb_out, rows, hc * hc, "mHC comb");
   Tensor mixes = workspace_.Take<float>({rows, mix});
   Linear(fn, streams, mixes, LinearNumerics::kFp32);
-  for (int64_t r = 0; r < rows; ++r) {
+  ForEachRow(rows, sizeof(float) * static_cast<size_t>(flat + mix), [&](int64_t r, int) {
     const float* x = streams.row<float>(r);
     float sum_squares = 0.0f;
     for (int64_t i = 0; i < flat; ++i) sum_squares += x[i] * x[i];
@@ -241,7 +249,7 @@ void CpuBackend::HcMixes(const Tensor& streams, const WeightMatrix& fn, std::spa
       }
       normalize_columns();
     }
-  }
+  });
 }
 
 void CpuBackend::HcCollapse(const Tensor& streams, const Tensor& pre, const Tensor& out) {
@@ -250,7 +258,7 @@ void CpuBackend::HcCollapse(const Tensor& streams, const Tensor& pre, const Tens
   const int64_t dim = out.row_elements();
   CheckShape(streams, rows, hc * dim, "mHC collapse streams");
   CheckShape(out, rows, dim, "mHC collapse output");
-  for (int64_t r = 0; r < rows; ++r) {
+  ForEachRow(rows, sizeof(float) * static_cast<size_t>((hc + 1) * dim), [&](int64_t r, int) {
     const float* x = streams.row<float>(r);
     const float* p = pre.row<float>(r);
     float* o = out.row<float>(r);
@@ -259,7 +267,7 @@ void CpuBackend::HcCollapse(const Tensor& streams, const Tensor& pre, const Tens
       for (int i = 1; i < hc; ++i) acc += p[i] * x[i * dim + d];
       o[d] = RoundToBF16(acc);
     }
-  }
+  });
 }
 
 void CpuBackend::HcExpand(const Tensor& y, const Tensor& post_in, const Tensor& comb_in, const Tensor& streams) {
@@ -267,29 +275,24 @@ void CpuBackend::HcExpand(const Tensor& y, const Tensor& post_in, const Tensor& 
   const int hc = static_cast<int>(post_in.row_elements());
   const int64_t dim = y.row_elements();
   CheckShape(streams, rows, hc * dim, "mHC expand streams");
-  // Rows in parallel (a prefill's are many); a row reads its hc copies and writes them back.
-  const size_t min_rows = ThreadPool::MinItemsPerPart(static_cast<size_t>(2 * hc * dim * sizeof(float)));
+  // A row reads its hc copies and writes them back.
   const size_t mixed_floats = static_cast<size_t>(hc * dim);
   scratch_.Reserve(0, sizeof(float) * mixed_floats);
-  cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), min_rows, [&](size_t begin, size_t end, int thread) {
-    float* mixed = scratch_.Get<float>(thread, 0, mixed_floats);
-    for (size_t r = begin; r < end; ++r) {
-      const int64_t row = static_cast<int64_t>(r);
-      HcExpandRow(cpu_.isa, streams.row<float>(row), y.row<float>(row), post_in.row<float>(row),
-                  comb_in.row<float>(row), hc, dim, mixed);
-    }
+  ForEachRow(rows, 2 * sizeof(float) * mixed_floats, [&](int64_t row, int thread) {
+    HcExpandRow(cpu_.isa, streams.row<float>(row), y.row<float>(row), post_in.row<float>(row), comb_in.row<float>(row),
+                hc, dim, scratch_.Get<float>(thread, 0, mixed_floats));
   });
 }
 
 void CpuBackend::EncodeWindowRows(const Tensor& x, const Tensor& codes, const Tensor& exponents,
                                   const Tensor& decoded) {
   const int64_t dim = x.row_elements();
-  for (int64_t r = 0; r < x.rows(); ++r) {
+  ForEachRow(x.rows(), 2 * sizeof(float) * static_cast<size_t>(dim), [&](int64_t r, int) {
     EncodeFP8PowerOfTwo({x.row<float>(r), static_cast<size_t>(dim)}, kWindowEntryBlock, codes.row<uint8_t>(r),
                         exponents.row<uint8_t>(r));
     DecodeFP8PowerOfTwo(cpu_.isa, codes.row<uint8_t>(r), exponents.row<uint8_t>(r), dim, kWindowEntryBlock,
                         decoded.row<float>(r));
-  }
+  });
 }
 
 void CpuBackend::StoreWindowEntries(const Tensor& codes, const Tensor& exponents,
@@ -304,36 +307,36 @@ void CpuBackend::StoreWindowEntries(const Tensor& codes, const Tensor& exponents
 
 void CpuBackend::DecodeWindowEntries(std::span<const WindowEntry<const uint8_t>> entries, const Tensor& out) {
   const int64_t dim = out.row_elements();
-  for (size_t k = 0; k < entries.size(); ++k) {
-    if (entries[k].codes == nullptr) continue;
+  ForEachRow(static_cast<int64_t>(entries.size()), sizeof(float) * static_cast<size_t>(dim), [&](int64_t k, int) {
+    if (entries[k].codes == nullptr) return;
     DecodeFP8PowerOfTwo(cpu_.isa, entries[k].codes, entries[k].exponents, dim, kWindowEntryBlock, out.row<float>(k));
-  }
+  });
 }
 
 void CpuBackend::EncodeCompressedEntries(const Tensor& latents, const Tensor& keys,
                                          std::span<const CompressedEntry<uint8_t>> entries) {
   const size_t head_dim = static_cast<size_t>(latents.row_elements());
   const size_t index_dim = static_cast<size_t>(keys.row_elements());
-  for (size_t k = 0; k < entries.size(); ++k) {
+  ForEachRow(static_cast<int64_t>(entries.size()), sizeof(float) * (head_dim + index_dim), [&](int64_t k, int) {
     EncodeFP4PowerOfTwo({keys.row<float>(k), index_dim}, kIndexKeyBlock, entries[k].index_codes,
                         entries[k].index_exponents);
     EncodeFP4E4M3Scale({latents.row<float>(k), head_dim}, kCompressedEntryBlock, entries[k].codes, entries[k].scales);
-  }
+  });
 }
 
 void CpuBackend::DecodeCompressedEntries(std::span<const CompressedEntry<const uint8_t>> entries, const Tensor& out) {
   const int64_t dim = out.row_elements();
-  for (size_t k = 0; k < entries.size(); ++k) {
+  ForEachRow(static_cast<int64_t>(entries.size()), sizeof(float) * static_cast<size_t>(dim), [&](int64_t k, int) {
     DecodeFP4E4M3Scale(cpu_.isa, entries[k].codes, entries[k].scales, dim, kCompressedEntryBlock, out.row<float>(k));
-  }
+  });
 }
 
 void CpuBackend::DecodeIndexKeys(std::span<const CompressedEntry<const uint8_t>> entries, const Tensor& out) {
   const int64_t dim = out.row_elements();
-  for (size_t k = 0; k < entries.size(); ++k) {
+  ForEachRow(static_cast<int64_t>(entries.size()), sizeof(float) * static_cast<size_t>(dim), [&](int64_t k, int) {
     DecodeFP4PowerOfTwo(cpu_.isa, entries[k].index_codes, entries[k].index_exponents, dim, kIndexKeyBlock,
                         out.row<float>(k));
-  }
+  });
 }
 
 void CpuBackend::CompressorPool(const Tensor& kv_in, const Tensor& gate_in, int ratio, const Tensor& pooled) {
@@ -341,7 +344,7 @@ void CpuBackend::CompressorPool(const Tensor& kv_in, const Tensor& gate_in, int 
   const int64_t head_dim = pooled.row_elements();
   const float* kv = kv_in.host<float>();
   const float* gate = gate_in.host<float>();
-  for (int64_t g = 0; g < pooled.rows(); ++g) {
+  ForEachRow(pooled.rows(), sizeof(float) * static_cast<size_t>((2 * ratio + 1) * head_dim), [&](int64_t g, int) {
     float* out = pooled.row<float>(g);
     for (int64_t d = 0; d < head_dim; ++d) {
       float max_score = -INFINITY;
@@ -356,7 +359,7 @@ void CpuBackend::CompressorPool(const Tensor& kv_in, const Tensor& gate_in, int 
       for (int t = 0; t < ratio; ++t) acc += kv[((g * ratio) + t) * head_dim + d] * (weights[t] / sum);
       out[d] = RoundToBF16(acc);
     }
-  }
+  });
 }
 
 void CpuBackend::IndexerSelect(const Tensor& q, const Tensor& head_weights, const RopeTable& rope,
@@ -482,7 +485,7 @@ void CpuBackend::SwiGlu(const Tensor& gate_in, const Tensor& up_in, std::span<co
   const int64_t inter = gate_in.row_elements();
   CheckShape(up_in, rows, inter, "SwiGLU up");
   CheckShape(out_t, rows, inter, "SwiGLU output");
-  for (int64_t r = 0; r < rows; ++r) {
+  ForEachRow(rows, 3 * sizeof(float) * static_cast<size_t>(inter), [&](int64_t r, int) {
     const float* gate = gate_in.row<float>(r);
     const float* up = up_in.row<float>(r);
     float* out = out_t.row<float>(r);
@@ -497,13 +500,14 @@ void CpuBackend::SwiGlu(const Tensor& gate_in, const Tensor& up_in, std::span<co
       if (!route_weights.empty()) h = route_weights[r] * h;
       out[j] = RoundToBF16(h);
     }
-  }
+  });
 }
 
 void CpuBackend::GatherRows(const Tensor& x, std::span<const int64_t> rows, const Tensor& out) {
   const int64_t width = x.row_elements();
   CheckShape(out, static_cast<int64_t>(rows.size()), width, "gathered rows");
-  for (size_t k = 0; k < rows.size(); ++k) std::copy_n(x.row<float>(rows[k]), width, out.row<float>(k));
+  ForEachRow(static_cast<int64_t>(rows.size()), 2 * sizeof(float) * static_cast<size_t>(width),
+             [&](int64_t k, int) { std::copy_n(x.row<float>(rows[k]), width, out.row<float>(k)); });
 }
 
 void CpuBackend::ScatterAddRows(const Tensor& src, std::span<const int64_t> rows, const Tensor& acc) {
@@ -530,15 +534,16 @@ void CpuBackend::EngramGather(const uint8_t* codes, const uint8_t* scales, int64
                               std::span<const int64_t> ids, const Tensor& out) {
   CheckShape(out, static_cast<int64_t>(ids.size()), dim, "engram rows");
   const int64_t groups = dim / kQuantBlock;
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const int64_t id = ids[k];
+  for (const int64_t id : ids)
     DI_CHECK(id >= 0 && id < table_rows, "engram row ", id, " outside the table of ", table_rows);
+  ForEachRow(static_cast<int64_t>(ids.size()), 5 * static_cast<size_t>(dim), [&](int64_t k, int) {
+    const int64_t id = ids[k];
     const uint8_t* row_codes = codes + id * dim;
     const uint8_t* row_scales = scales + id * groups;
     float* o = out.row<float>(static_cast<int64_t>(k));
     for (int64_t j = 0; j < dim; ++j)
       o[j] = RoundToBF16(E4M3ToFloat(row_codes[j]) * UE8M0ToFloat(row_scales[j / kQuantBlock]));
-  }
+  });
 }
 
 void CpuBackend::EngramGate(const Tensor& kv, std::span<const float> gate_weight, float eps, const Tensor& streams) {
@@ -551,7 +556,7 @@ void CpuBackend::EngramGate(const Tensor& kv, std::span<const float> gate_weight
   CheckShape(kv, rows, (hc + 1) * dim, "engram keys and value");
   DI_CHECK(static_cast<int64_t>(gate_weight.size()) == hc * dim, "engram gate weight of ", gate_weight.size());
   const float inv_sqrt_dim = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
-  for (int64_t r = 0; r < rows; ++r) {
+  ForEachRow(rows, sizeof(float) * static_cast<size_t>((3 * hc + 1) * dim), [&](int64_t r, int) {
     const float* key_row = kv.row<float>(r);
     const float* value = key_row + hc * dim;
     for (int copy = 0; copy < hc; ++copy) {
@@ -570,7 +575,7 @@ void CpuBackend::EngramGate(const Tensor& kv, std::span<const float> gate_weight
       const float gate = Sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
       for (int64_t d = 0; d < dim; ++d) h[d] = RoundToBF16(h[d] + gate * value[d]);
     }
-  }
+  });
 }
 
 }  // namespace deepinfer

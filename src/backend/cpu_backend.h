@@ -103,6 +103,11 @@ class CpuBackend final : public Backend {
   }
   // Adds one linear of `m` rows that took `seconds` to the attached LinearRecord.
   void RecordLinear(const WeightMatrix& w, int64_t m, double seconds);
+  // body(row, thread) for every row < rows, split over the pool where a part's rows (each reading
+  // and writing `bytes_per_row`) pay for a hand-off, else inline: a prefill's row-wise ops would
+  // leave the other threads idle. A row's result must not depend on the others (so not on the
+  // split); `thread` selects scratch_ buffers.
+  void ForEachRow(int64_t rows, size_t bytes_per_row, FunctionRef<void(int64_t row, int thread)> body);
 
   ThreadScratch scratch_;  // the kernels' per-thread temporaries, kept between calls
   LinearRecord* linear_record_ = nullptr;
