@@ -708,8 +708,9 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
     }
     for (const bool nan_free : scanned_nan_free ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       w.w.fp8_nan_free = nan_free;
-      // 9 and 14: the AVX2 chunked panels with a partial last quad; 37: its whole-K panels.
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 37}) {
+      // AVX2: 7-16 stream in passes up to a format's StreamPassesMaxM (FP8 16, FP4 12, BF16 10),
+      // then the chunked panels (13, 14: a partial last quad); 37: the whole-K panels.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 16, 37}) {
         ExpectEveryTargetGives(w.w, x, m, c.dense, CanonicalLinear(w.w, x.data(), m, c.dense, !c.dense),
                                "format " + std::to_string(static_cast<int>(c.format)) + (c.dense ? " dense" : "") +
                                    (nan_free ? " nan-free" : "") + " M=" + std::to_string(m));
@@ -721,7 +722,8 @@ TEST(LinearSimd, EveryTargetComputesTheCanonicalSequence) {
 // The AVX2 panels take an FP8 row's scales and route (group decoder or general) once per scale
 // block (32 rows) and K chunk: 12-row panels straddle the block boundaries (rows 24-35, ...), the
 // first block's scales are in the group decoder's range and the second's not, or the other way
-// round; chunked (M = 7, 14) and whole-K (M = 37) panels, against the canonical sequence.
+// round; whole-K panels (M = 37) against the canonical sequence, and the streaming passes (M = 7,
+// 14: FP8 streams up to 16 rows, its bands of 128 rows leaving a partial one).
 TEST(LinearSimd, Fp8PanelsTakeEachScaleBlocksRoute) {
   SKIP_WITHOUT_SIMD();
   std::mt19937_64 rng(31);

@@ -1045,15 +1045,51 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
 }
 
 // Up to 6 activation rows stream the weights (12 accumulator chains at NR = 1: the speculative
-// verify step is 6 tokens); more run the chunked panels, which read the weights once as well.
-// Measured on Zen 4 (AVX2 code, 2 threads, weights from DRAM): at M = 5-6 streaming is 5-10% faster
-// than the panels, at M = 8 the panels 15-25% (streaming took 4 rows and then the rest, reading
-// the weights twice).
+// verify step is 6 tokens). Measured on Zen 4 (AVX2 code, 2 threads, weights from DRAM): at M = 5-6
+// streaming is 5-10% faster than the panels.
 constexpr int64_t kAvx2StreamMaxM = 6;
+// Up to StreamPassesMaxM rows stream in passes of at most kAvx2StreamMaxM rows, all passes over
+// one band of kStreamPassBandRows weight rows before the next (the later passes find the band in
+// L2 / L3); more run the chunked panels. Passes against panels on Zen 3 (kernel_ab, 2 threads,
+// weights from DRAM, B / A medians): FP8 5120 x 8192 at M = 7 / 8 / 10 / 12 / 16 0.77 / 0.73 /
+// 0.69 / 0.95 / 0.96, 32768 x 1280 at M = 8 / 16 0.74 / 0.89, 1024 x 4096 at M = 8 0.71; FP4
+// 2304 x 5120 at M = 8 / 10 / 12 / 16 0.86 / 0.84 / 0.99 / 1.00, 5120 x 2304 at M = 8 0.81; BF16
+// 16384 x 5120 at M = 8 / 10 / 12 / 16 0.86 / 0.97 / 1.06 / 1.11, the head at M = 8 / 16 0.87 / 1.15.
+constexpr int64_t StreamPassesMaxM(MatrixFormat f) {
+  switch (f) {
+    case MatrixFormat::kFP8Block32:
+      return 16;
+    case MatrixFormat::kFP4Row32:
+      return 12;
+    case MatrixFormat::kBF16:
+    case MatrixFormat::kF32:
+      return 10;
+  }
+  return kAvx2StreamMaxM;
+}
+constexpr int64_t kStreamPassBandRows = 128;  // an FP8 scale block: ScaleActivations once a pass
 
 template <MatrixFormat F>
 void Stream(const Job& job, int64_t b, int64_t e, Scratch& s) {
-  WithCount<1, kAvx2StreamMaxM>(job.m, "AVX2 streaming tile rows", [&]<int MR>() { StreamRowsT<F, MR>(job, b, e, s); });
+  const auto stream = [&](const Job& pass, int64_t band, int64_t band_end) {
+    WithCount<1, kAvx2StreamMaxM>(pass.m, "AVX2 streaming tile rows",
+                                  [&]<int MR>() { StreamRowsT<F, MR>(pass, band, band_end, s); });
+  };
+  if (job.m <= kAvx2StreamMaxM) return stream(job, b, e);
+  const int64_t passes = (job.m + kAvx2StreamMaxM - 1) / kAvx2StreamMaxM;
+  for (int64_t band = b; band < e;) {
+    const int64_t band_end = std::min(e, (band / kStreamPassBandRows + 1) * kStreamPassBandRows);
+    int64_t r0 = 0;
+    for (int64_t p = 0; p < passes; ++p) {
+      Job pass = job;
+      pass.m = (job.m - r0) / (passes - p);  // as even as they go: 7 = 3 + 4, 13 = 4 + 4 + 5
+      pass.xs = job.xs + r0 * job.xstride;
+      pass.y = job.y + r0 * job.w->rows;
+      stream(pass, band, band_end);
+      r0 += pass.m;
+    }
+    band = band_end;
+  }
 }
 
 struct Avx2 {
@@ -1061,7 +1097,7 @@ struct Avx2 {
   // a group of every row to the same L1 sets; a line of padding spreads them: 4 x 3 GEMM tiles at
   // M = 256 K = 5120 run at the speed of K = 5088 (57-63 -> 62-72 GFLOP/s, one thread hot).
   static constexpr int64_t kActivationRowPad = 16;
-  static constexpr int64_t StreamMaxM(const WeightMatrix&, Bf16Dot) { return kAvx2StreamMaxM; }
+  static constexpr int64_t StreamMaxM(const WeightMatrix& w, Bf16Dot) { return StreamPassesMaxM(w.format); }
   static ExpRange PrepareQuantizedRow(const float* x, int64_t k, MatrixFormat f, float* xs, uint32_t*) {
     return PrepareQuantized(f, x, k, xs);
   }
@@ -1078,8 +1114,9 @@ struct Avx2 {
     return {mn - 127, mx - 127};
   }
   static size_t ScratchBytes(MatrixFormat f, int64_t groups, int64_t m) {
-    const bool scaled = f == MatrixFormat::kFP8Block32 && m <= kAvx2StreamMaxM;
-    return Scratch::Bytes(groups, scaled ? m : 0, linear_simd::Driver<Avx2>::FloatsStride(groups));
+    const bool scaled = f == MatrixFormat::kFP8Block32 && m <= StreamPassesMaxM(f);
+    return Scratch::Bytes(groups, scaled ? std::min(m, kAvx2StreamMaxM) : 0,
+                          linear_simd::Driver<Avx2>::FloatsStride(groups));
   }
   static bool UsesPairs(MatrixFormat, int64_t, Bf16Dot) { return false; }  // no vdpbf16ps
   static void StreamRows(const Job& job, int64_t b, int64_t e, unsigned char* scratch) {
