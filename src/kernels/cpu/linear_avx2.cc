@@ -851,7 +851,8 @@ void DecodePanel(const WeightMatrix& w, const Decoder<F>& dec, int64_t n0, int n
   constexpr int64_t kGroupBytes = MatrixRowBytes(F, kGroup);
   const int64_t chunk = g1 - g0;
   // FP8: the chunk's group scales (Fp8GroupScales) once per scale block (kQuantBlock rows) rather
-  // than per row: FP8 chunked panels at M = 8-16 ran 2-8% faster on Zen 3 (kernel_ab).
+  // than per row: FP8 chunked panels at M = 8-16 ran 2-8% faster on Zen 3 (kernel_ab; those rows
+  // now stream, and the whole-K panels hold one chunk).
   float* block_scales = s.scales + kPanelN * groups;
   int64_t scaled_block = -1;
   bool block_in_range = false;
@@ -975,11 +976,12 @@ class EvenSplit {
   int64_t steps_, part_, extra_, carry_ = 0;
 };
 
-// Panels of kGemmPanelRows weight rows. With few activation quads (decode steps, the speculative
-// verify) a panel holds kGemmChunkGroups groups at a time, decoded into L1 and used by every quad
-// before the next chunk, the accumulators of all quads waiting in the tile store: the weights
-// stream from DRAM once and are decoded once. With more quads (prefill) a panel holds the whole
-// K (L2) and each quad runs over it in blocks of kGemmKGroups, its activations' block in L1.
+// Panels of kGemmPanelRows weight rows. With few activation quads (decode batches above a
+// format's StreamPassesMaxM: FP4 13-16 rows, BF16 / F32 11-16; FP8 streams up to 16) a panel
+// holds kGemmChunkGroups groups at a time, decoded into L1 and used by every quad before the next
+// chunk, the accumulators of all quads waiting in the tile store: the weights stream from DRAM
+// once and are decoded once. With more quads (prefill) a panel holds the whole K (L2) and each
+// quad runs over it in blocks of kGemmKGroups, its activations' block in L1.
 template <MatrixFormat F>
 void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
   const WeightMatrix& w = *job.w;
