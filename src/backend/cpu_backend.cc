@@ -143,10 +143,8 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
 }
 
 void CpuBackend::ForEachRow(int64_t rows, size_t bytes_per_row, FunctionRef<void(int64_t row, int thread)> body) {
-  cpu_.pool.ParallelForThreads(static_cast<size_t>(rows), ThreadPool::MinItemsPerPart(bytes_per_row),
-                               [&](size_t begin, size_t end, int thread) {
-                                 for (size_t r = begin; r < end; ++r) body(static_cast<int64_t>(r), thread);
-                               });
+  cpu_.pool.ForEachItem(static_cast<size_t>(rows), bytes_per_row,
+                        [&](size_t r, int thread) { body(static_cast<int64_t>(r), thread); });
 }
 
 void CpuBackend::Copy(const Tensor& from, const Tensor& to) {
@@ -540,7 +538,7 @@ void CpuBackend::EngramGather(const uint8_t* codes, const uint8_t* scales, int64
     const int64_t id = ids[k];
     const uint8_t* row_codes = codes + id * dim;
     const uint8_t* row_scales = scales + id * groups;
-    float* o = out.row<float>(static_cast<int64_t>(k));
+    float* o = out.row<float>(k);
     for (int64_t j = 0; j < dim; ++j)
       o[j] = RoundToBF16(E4M3ToFloat(row_codes[j]) * UE8M0ToFloat(row_scales[j / kQuantBlock]));
   });

@@ -101,6 +101,12 @@ void ThreadPool::ParallelForThreads(size_t n, FunctionRef<void(size_t, size_t, i
   ParallelForThreads(n, 1, body);
 }
 
+void ThreadPool::ForEachItem(size_t n, size_t bytes_per_item, FunctionRef<void(size_t, int)> body) {
+  ParallelForThreads(n, MinItemsPerPart(bytes_per_item), [&](size_t begin, size_t end, int thread) {
+    for (size_t item = begin; item < end; ++item) body(item, thread);
+  });
+}
+
 void ThreadPool::ParallelForThreads(size_t n, size_t min_per_part, FunctionRef<void(size_t, size_t, int)> body) {
   if (n == 0) return;
   const size_t most_parts = static_cast<size_t>(size()) * kPartsPerThread;

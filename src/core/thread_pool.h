@@ -86,6 +86,10 @@ class ThreadPool {
     const size_t bytes = bytes_per_item == 0 ? 1 : bytes_per_item;
     return bytes >= kMinBytesPerPart ? 1 : (kMinBytesPerPart + bytes - 1) / bytes;
   }
+  // Calls body(item, thread) for every item of [0, n), each touching about `bytes_per_item`, in
+  // parts of at least kMinBytesPerPart (ParallelForThreads with MinItemsPerPart): the row-wise
+  // ops' loop, so that a decode step's small rows stay on the caller.
+  void ForEachItem(size_t n, size_t bytes_per_item, FunctionRef<void(size_t item, int thread)> body);
 
  private:
   void WorkerLoop(int thread);

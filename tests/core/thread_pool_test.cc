@@ -118,6 +118,39 @@ TEST(ThreadPool, MinimumPerPartBoundsTheParts) {
   EXPECT_EQ(ThreadPool::MinItemsPerPart(0), ThreadPool::kMinBytesPerPart);
 }
 
+// ForEachItem: every item once, each on the thread its part ran on; items smaller than
+// kMinBytesPerPart together stay on the caller, large ones are handed out in parts.
+TEST(ThreadPool, ForEachItemSplitsByBytes) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (const size_t bytes : {size_t{64}, ThreadPool::kMinBytesPerPart}) {
+    std::mutex mutex;
+    std::vector<int> seen(20, 0);
+    std::set<int> threads;
+    bool all_on_caller = true;
+    const uint64_t hand_offs_before = pool.hand_offs().calls;
+    pool.ForEachItem(seen.size(), bytes, [&](size_t item, int thread) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++seen[item];
+      threads.insert(thread);
+      if (std::this_thread::get_id() != caller) all_on_caller = false;
+      EXPECT_LT(thread, pool.size());
+    });
+    SCOPED_TRACE("bytes per item " + std::to_string(bytes));
+    EXPECT_EQ(seen, std::vector<int>(seen.size(), 1));
+    if (bytes < ThreadPool::kMinBytesPerPart) {
+      EXPECT_TRUE(all_on_caller);
+      EXPECT_EQ(threads, std::set<int>{0});
+      EXPECT_EQ(pool.hand_offs().calls, hand_offs_before);
+    } else {
+      EXPECT_EQ(pool.hand_offs().calls, hand_offs_before + 1);
+    }
+  }
+  int calls = 0;
+  pool.ForEachItem(0, 1 << 20, [&](size_t, int) { ++calls; });
+  EXPECT_EQ(calls, 0);
+}
+
 std::set<long> ThreadIdsOfThisProcess() {
   std::set<long> ids;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {

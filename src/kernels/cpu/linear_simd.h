@@ -388,10 +388,7 @@ class Driver {
   template <class Body>
   static void ForRows(ThreadPool& pool, int64_t m, int64_t groups, const Body& body) {
     const size_t row_bytes = 2 * sizeof(float) * static_cast<size_t>(groups * kGroup);
-    pool.ParallelForThreads(static_cast<size_t>(m), ThreadPool::MinItemsPerPart(row_bytes),
-                            [&](size_t begin, size_t end, int) {
-                              for (size_t r = begin; r < end; ++r) body(static_cast<int64_t>(r));
-                            });
+    pool.ForEachItem(static_cast<size_t>(m), row_bytes, [&](size_t r, int) { body(static_cast<int64_t>(r)); });
   }
 
   // Weight rows [begin, end): elements whose scales make folding inexact get the oracle's bits.
