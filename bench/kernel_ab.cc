@@ -7,8 +7,12 @@
 //
 //   tools/kernel_ab.sh REV [flags]   builds A from revision REV's kernel files and runs this
 //   build/bench/kernel_ab [flags]    A/A (or whatever KERNEL_AB_BASELINE_DIR holds)
-// Weights are in place (no interleaved copy); cold unless --hot (copies filling 1 GiB, cycled).
+// Weights are in place (no interleaved copy); cold unless --hot (copies filling 1 GiB, cycled), in
+// huge pages unless --small-pages.
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench_operands.h"
@@ -52,7 +57,7 @@ struct Options {
   MatrixFormat format = MatrixFormat::kFP8Block32;
   int64_t n = 5120, k = 8192, m = 1;
   int threads = 2, rounds = 20, calls = 0;
-  bool hot = false, expect_same_bits = false, plan_given = false;
+  bool hot = false, expect_same_bits = false, plan_given = false, small_pages = false;
 };
 
 [[noreturn]] void Usage(const std::string& error) {
@@ -60,10 +65,12 @@ struct Options {
                "%s%s"
                "usage: kernel_ab [--isa avx2|avx512] [--plan fma|fp8-gemv-dot|quantized-dot] [--format fp4|fp8|bf16]\n"
                "                 [--n ROWS] [--k COLS] [--m ACTIVATION_ROWS] [--threads T] [--rounds R] [--calls C]\n"
-               "                 [--hot] [--expect-same-bits]\n"
+               "                 [--hot] [--small-pages] [--expect-same-bits]\n"
                "  defaults: this CPU's best ISA and plan, fp8 5120 x 8192, m 1, 2 threads, 20 rounds, calls for\n"
                "  ~20 ms a block; --hot: one copy of the weights (cache-resident where it fits) instead of\n"
-               "  1 GiB of copies; --expect-same-bits: exit 1 if A and B give different outputs\n",
+               "  1 GiB of copies; --small-pages: the weights in 4 KB pages (MADV_NOHUGEPAGE), as a model's\n"
+               "  file mapping has them, instead of the anonymous memory's transparent huge pages;\n"
+               "  --expect-same-bits: exit 1 if A and B give different outputs\n",
                error.empty() ? "" : "kernel_ab: ", error.empty() ? "" : (error + "\n").c_str());
   std::exit(error.empty() ? 0 : 2);
 }
@@ -88,6 +95,10 @@ Options Parse(int argc, char** argv) {
     }
     if (flag == "--expect-same-bits") {
       o.expect_same_bits = true;
+      continue;
+    }
+    if (flag == "--small-pages") {
+      o.small_pages = true;
       continue;
     }
     if (i + 1 >= argc) Usage(std::string(flag) + " wants a value (or is not a flag)");
@@ -140,11 +151,45 @@ Options Parse(int argc, char** argv) {
 
 using bench::SplitMix;
 
+// Anonymous memory, in transparent huge pages where the system gives them, or (small_pages) in
+// 4 KB pages, as the page cache holds a model's mapped checkpoint.
+class PageMapping {
+ public:
+  PageMapping() = default;
+  PageMapping(size_t bytes, bool small_pages) : bytes_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "kernel_ab: cannot map %zu bytes for the weights: %s\n", bytes, std::strerror(errno));
+      std::exit(1);
+    }
+    if (madvise(p, bytes, small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE) != 0 && small_pages) {
+      std::fprintf(stderr, "kernel_ab: madvise(MADV_NOHUGEPAGE): %s\n", std::strerror(errno));
+      std::exit(1);
+    }
+    data_ = static_cast<uint8_t*>(p);
+  }
+  PageMapping(PageMapping&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_) {}
+  PageMapping& operator=(PageMapping&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~PageMapping() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  uint8_t* get() const { return data_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Copies of one random matrix (one with --hot, else enough to fill kColdBytes): every byte pattern
 // of the format except FP8's NaN codes (which send a tile to the general decoder), scales
 // 2^-7..2^-3, BF16 values near 2^-7.
 struct Copies {
-  std::unique_ptr<uint8_t[]> data, scales;
+  std::unique_ptr<uint8_t[]> scales;
+  PageMapping data;
   std::vector<WeightMatrix> matrices;
   uint64_t bytes_each = 0;  // payload plus scales
 
@@ -154,7 +199,7 @@ struct Copies {
     const WeightMatrix shape{o.format, o.n, o.k};
     const int64_t scale_bytes = shape.scale_rows() * shape.scale_cols();
     const int64_t stride = (payload + 63) / 64 * 64;
-    data = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(stride * count));
+    data = PageMapping(static_cast<size_t>(stride * count), o.small_pages);
     scales = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(std::max<int64_t>(1, scale_bytes * count)));
     uint64_t seed = 42;
     for (int64_t i = 0; i + 8 <= stride * count; i += 8) {
