@@ -142,7 +142,8 @@ void CpuBackend::GroupedLinear(const WeightMatrix& w, int groups, const Tensor& 
   if (timed) RecordLinear(w, rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-void CpuBackend::ForEachRow(int64_t rows, size_t bytes_per_row, FunctionRef<void(int64_t row, int thread)> body) {
+template <class Body>
+void CpuBackend::ForEachRow(int64_t rows, size_t bytes_per_row, const Body& body) {
   cpu_.pool.ForEachItem(static_cast<size_t>(rows), bytes_per_row,
                         [&](size_t r, int thread) { body(static_cast<int64_t>(r), thread); });
 }
