@@ -1,14 +1,14 @@
 // AVX2 + FMA + F16C kernels for QuantizedLinear and DenseLinear. They compute the canonical
 // sequence of linear_simd.h with the 16-lane accumulator split into two 8-lane halves (lanes
 // 0-7 and 8-15, reduced with the same tree), so their bits equal the AVX-512 paths'.
-// Streaming tiles (M <= 6: decode, the speculative verify) are tuned for Zen 3-class cores, where
-// shifts and shuffles share two pipes: FP4 decodes a whole group with byte lookups (vpshufb into
-// per-scale bf16 tables), FP8 with one shuffle and one shift per 8 weights (its block scale is
-// put on the activations, once per row block), BF16 with one shift or mask; accumulators stay in
-// registers (the row and activation loops are unrolled). Dense tiles at M = 3-4 run one half of
-// the accumulators at a time over 3 rows (HalfGroupTile). GEMM panels (M > 6) decode 12 weight
-// rows into fp32 panels, a chunk of K at a time while there are few activation rows, and run
-// 4 x 3 register tiles on FMAs.
+// Streaming tiles (M <= 6: decode, the speculative verify; up to StreamPassesMaxM rows in passes
+// of at most 6) are tuned for Zen 3-class cores, where shifts and shuffles share two pipes: FP4
+// decodes a whole group with byte lookups (vpshufb into per-scale bf16 tables), FP8 with 16-bit
+// shifts and masks (its block scale is put on the activations, once per row block), BF16 with one
+// shift or mask; accumulators stay in registers (the row and activation loops are unrolled).
+// Dense tiles at M = 3-4 run one half of the accumulators at a time over 3 rows (HalfGroupTile).
+// GEMM panels (more rows) decode 12 weight rows into fp32 panels, a chunk of K at a time while
+// there are few activation rows, and run 4 x 3 register tiles on FMAs.
 // GCC 12's _mm512_undefined_*() self-initialise and trip -Wuninitialized once inlined at -O3
 // (GCC bug 105593, fixed in 13); the diagnostics point into the intrinsic headers.
 #pragma GCC diagnostic push
