@@ -369,247 +369,132 @@ void Configure(benchmark::internal::Benchmark* b) {
   b->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
 }
 
+// ---- the registered cases -------------------------------------------------------------------------
+
+// A matrix of the model, as the benchmarks time it.
+struct Shape {
+  const char* name;
+  MatrixFormat format;
+  int64_t n, k;
+  bool round;  // bf16-rounded outputs (dense calls: where the model rounds)
+  int64_t misalign = 0;
+  bool dense = false;  // FP8 weights through DenseLinear (no activation quantization)
+};
+
 // V4.1 routed expert (w1/w3: 2304 x 5120; w2: 5120 x 2304), FP4.
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120, MatrixFormat::kFP4Row32, 2304, 5120, Path::kDefault, true)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({3, 2})
-    ->Args({4, 2})
-    ->Args({5, 2})
-    ->Args({6, 1})
-    ->Args({6, 2})
-    ->Args({7, 2})
-    ->Args({8, 2})
-    ->Args({9, 2})
-    ->Args({16, 1})
-    ->Args({12, 2})
-    ->Args({16, 2})
-    ->Args({512, 1})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_interleaved, MatrixFormat::kFP4Row32, 2304, 5120, Path::kInterleaved,
-                  true)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({3, 2})
-    ->Args({4, 2})
-    ->Args({5, 2})
-    ->Args({6, 2})
-    ->Args({7, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx512fma, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fma,
-                  true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_fp8dot, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512Fp8Dot,
-                  true)
-    ->Args({1, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_alldot, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx512AllDot,
-                  true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_interleaved_alldot, MatrixFormat::kFP4Row32, 2304, 5120,
-                  Path::kInterleavedAllDot, true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_alldot, MatrixFormat::kFP4Row32, 5120, 2304, Path::kAvx512AllDot,
-                  true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_interleaved_alldot, MatrixFormat::kFP4Row32, 5120, 2304,
-                  Path::kInterleavedAllDot, true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_alldot, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512AllDot,
-                  true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved_alldot, MatrixFormat::kFP8Block32, 5120, 8192,
-                  Path::kInterleavedAllDot, true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-// AVX2 (Zen 2-3, Intel without AVX-512): streaming tiles to M = 6 (K chunks from M = 3 where the
-// activations outgrow L1), chunked panels to M = 16, whole-K panels beyond; 2 threads.
-void Avx2Batches(benchmark::internal::Benchmark* b) {
-  for (int64_t m : {1, 3, 4, 6, 8, 16}) b->Args({m, 2});
-}
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_avx2, MatrixFormat::kFP4Row32, 2304, 5120, Path::kAvx2, true)
-    ->Apply(Avx2Batches)
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx2, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx2, true)
-    ->Apply(Avx2Batches)
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_avx2, MatrixFormat::kBF16, 129280, 5120, Path::kAvx2, false)
-    ->Apply(Avx2Batches)
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_2304x5120_scalar, MatrixFormat::kFP4Row32, 2304, 5120, Path::kScalar, true)
-    ->Args({1, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304, MatrixFormat::kFP4Row32, 5120, 2304, Path::kDefault, true)
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp4_expert_5120x2304_interleaved, MatrixFormat::kFP4Row32, 5120, 2304, Path::kInterleaved,
-                  true)
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
+constexpr Shape kExpertUp{"fp4_expert_2304x5120", MatrixFormat::kFP4Row32, 2304, 5120, true};
+constexpr Shape kExpertDown{"fp4_expert_5120x2304", MatrixFormat::kFP4Row32, 5120, 2304, true};
 // Attention projections wq_b (32768 x 1280) and wo_b (5120 x 8192), FP8.
-BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280, MatrixFormat::kFP8Block32, 32768, 1280, Path::kDefault, true)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault, true)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({3, 2})
-    ->Args({4, 2})
-    ->Args({5, 2})
-    ->Args({6, 2})
-    ->Args({7, 2})
-    ->Args({8, 2})
-    ->Args({12, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wq_b_32768x1280_interleaved, MatrixFormat::kFP8Block32, 32768, 1280,
-                  Path::kInterleaved, true)
-    ->Args({1, 2})
-    ->Args({4, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_interleaved, MatrixFormat::kFP8Block32, 5120, 8192, Path::kInterleaved,
-                  true)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({3, 2})
-    ->Args({4, 2})
-    ->Args({5, 2})
-    ->Args({6, 2})
-    ->Args({7, 2})
-    ->Args({8, 2})
-    ->Args({12, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_avx512fma, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fma,
-                  true)
-    ->Args({1, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_fp8dot, MatrixFormat::kFP8Block32, 5120, 8192, Path::kAvx512Fp8Dot,
-                  true)
-    ->Args({512, 2})
-    ->Apply(Configure);
+constexpr Shape kWqB{"fp8_wq_b_32768x1280", MatrixFormat::kFP8Block32, 32768, 1280, true};
+constexpr Shape kWoB{"fp8_wo_b_5120x8192", MatrixFormat::kFP8Block32, 5120, 8192, true};
 // Rows 16 bytes past a cache-line boundary: every other 32-byte FP8 group load splits two lines.
-BENCHMARK_CAPTURE(RunLinear, fp8_wo_b_5120x8192_misaligned16, MatrixFormat::kFP8Block32, 5120, 8192, Path::kDefault,
-                  true, 16)
-    ->Args({1, 2})
-    ->Apply(Configure);
+constexpr Shape kWoBMisaligned{"fp8_wo_b_5120x8192_misaligned16", MatrixFormat::kFP8Block32, 5120, 8192, true, 16};
 // The grouped output projection wo_a, one group (1024 x 4096) as attention calls it: DenseLinear
 // with bf16 rounding, on the FP8 checkpoint bytes (decoded on the fly) vs the former bf16 copy.
-BENCHMARK_CAPTURE(RunLinear, fp8_dense_wo_a_1024x4096, MatrixFormat::kFP8Block32, 1024, 4096, Path::kDefault, true, 0,
-                  /*dense=*/true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, bf16_wo_a_1024x4096, MatrixFormat::kBF16, 1024, 4096, Path::kDefault, true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
+constexpr Shape kWoA{"fp8_dense_wo_a_1024x4096", MatrixFormat::kFP8Block32, 1024, 4096, true, 0, true};
+constexpr Shape kWoABf16{"bf16_wo_a_1024x4096", MatrixFormat::kBF16, 1024, 4096, true};
 // Output head (129280 x 5120), BF16 weights, fp32 logits; prefill-sized M on an 8192-row slice.
-BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120, MatrixFormat::kBF16, 129280, 5120, Path::kDefault, false)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({4, 2})
-    ->Args({5, 2})
-    ->Args({6, 2})
-    ->Args({8, 2})
-    ->Args({16, 1})
-    ->Args({12, 2})
-    ->Args({16, 2})
-    ->Apply(Configure);
-// The head's GEMV on its interleaved copy (Model::InterleaveMatrices makes one on the Zen 4 plan).
-BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_interleaved, MatrixFormat::kBF16, 129280, 5120, Path::kInterleaved,
-                  false)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({4, 2})
-    ->Args({5, 2})
-    ->Args({6, 2})
-    ->Args({7, 2})
-    ->Args({8, 2})
-    ->Args({12, 2})
-    ->Args({16, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120, MatrixFormat::kBF16, 8192, 5120, Path::kDefault, false)
-    ->Args({512, 2})
-    ->Apply(Configure);
-// The same dense shapes on FMAs only, for the side by side.
-BENCHMARK_CAPTURE(RunLinear, bf16_head_129280x5120_avx512fma, MatrixFormat::kBF16, 129280, 5120, Path::kAvx512Fma,
-                  false)
-    ->Args({1, 2})
-    ->Args({2, 2})
-    ->Args({4, 2})
-    ->Args({16, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, bf16_8192x5120_avx512fma, MatrixFormat::kBF16, 8192, 5120, Path::kAvx512Fma, false)
-    ->Args({512, 2})
-    ->Apply(Configure);
-BENCHMARK_CAPTURE(RunLinear, fp8_dense_wo_a_1024x4096_avx512fma, MatrixFormat::kFP8Block32, 1024, 4096,
-                  Path::kAvx512Fma, true, 0, /*dense=*/true)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Args({512, 2})
-    ->Apply(Configure);
-// F32 weights (the small fp32 projections), GEMV.
-BENCHMARK_CAPTURE(RunLinear, f32_4096x5120, MatrixFormat::kF32, 4096, 5120, Path::kDefault, false)
-    ->Args({1, 2})
-    ->Args({16, 2})
-    ->Apply(Configure);
+constexpr Shape kHead{"bf16_head_129280x5120", MatrixFormat::kBF16, 129280, 5120, false};
+constexpr Shape kHeadSlice{"bf16_8192x5120", MatrixFormat::kBF16, 8192, 5120, false};
+// F32 weights (the small fp32 projections).
+constexpr Shape kF32{"f32_4096x5120", MatrixFormat::kF32, 4096, 5120, false};
+
+const char* PathSuffix(Path path) {
+  switch (path) {
+    case Path::kDefault:
+      return "";
+    case Path::kInterleaved:
+      return "_interleaved";
+    case Path::kAvx512Fma:
+      return "_avx512fma";
+    case Path::kAvx512Fp8Dot:
+      return "_fp8dot";
+    case Path::kAvx512AllDot:
+      return "_alldot";
+    case Path::kInterleavedAllDot:
+      return "_interleaved_alldot";
+    case Path::kAvx2:
+      return "_avx2";
+    case Path::kScalar:
+      return "_scalar";
+  }
+  return "?";
+}
+
+// One shape on one path, at each M on 2 threads and at each M of `one_thread` on 1; registered as
+// RunLinear/<shape><path suffix>/<M>/<threads>.
+struct Case {
+  Shape shape;
+  Path path;
+  std::vector<int64_t> two_threads;
+  std::vector<int64_t> one_thread = {};
+};
+
+// AVX2 (Zen 2-3, Intel without AVX-512): streaming tiles to M = 6 (K chunks from M = 3 where the
+// activations outgrow L1), chunked panels to M = 16, whole-K panels beyond.
+const std::vector<int64_t> kAvx2Batches = {1, 3, 4, 6, 8, 16};
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {kExpertUp, Path::kDefault, {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 512}, {1, 6, 16, 512}},
+      {kExpertUp, Path::kInterleaved, {1, 2, 3, 4, 5, 6, 7, 8, 16, 512}, {1}},
+      {kExpertUp, Path::kAvx512Fma, {1, 16}},
+      {kExpertUp, Path::kAvx512Fp8Dot, {1, 512}},
+      {kExpertUp, Path::kAvx512AllDot, {1, 16, 512}},
+      {kExpertUp, Path::kInterleavedAllDot, {1, 16, 512}},
+      {kExpertUp, Path::kAvx2, kAvx2Batches},
+      {kExpertUp, Path::kScalar, {1}},
+      {kExpertDown, Path::kDefault, {1, 4, 6, 8, 16, 512}},
+      {kExpertDown, Path::kInterleaved, {1, 4, 6, 8, 16, 512}},
+      {kExpertDown, Path::kAvx512AllDot, {1, 16, 512}},
+      {kExpertDown, Path::kInterleavedAllDot, {1, 16, 512}},
+      {kWqB, Path::kDefault, {1, 4, 6, 8, 16, 512}, {1}},
+      {kWqB, Path::kInterleaved, {1, 4, 6, 8, 16, 512}},
+      {kWoB, Path::kDefault, {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 512}, {1}},
+      {kWoB, Path::kInterleaved, {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 512}, {1}},
+      {kWoB, Path::kAvx512Fma, {1}},
+      {kWoB, Path::kAvx512Fp8Dot, {512}},
+      {kWoB, Path::kAvx512AllDot, {1, 16, 512}},
+      {kWoB, Path::kInterleavedAllDot, {1, 16, 512}},
+      {kWoB, Path::kAvx2, kAvx2Batches},
+      {kWoBMisaligned, Path::kDefault, {1}},
+      {kWoA, Path::kDefault, {1, 16, 512}},
+      {kWoA, Path::kAvx512Fma, {1, 16, 512}},
+      {kWoABf16, Path::kDefault, {1, 16, 512}},
+      {kHead, Path::kDefault, {1, 2, 4, 5, 6, 8, 12, 16}, {1, 16}},
+      // The head's GEMV on its interleaved copy (Model::InterleaveMatrices makes one on the Zen 4 plan).
+      {kHead, Path::kInterleaved, {1, 2, 4, 5, 6, 7, 8, 12, 16}, {1}},
+      // The dense shapes on FMAs only, for the side by side.
+      {kHead, Path::kAvx512Fma, {1, 2, 4, 16}},
+      {kHead, Path::kAvx2, kAvx2Batches},
+      {kHeadSlice, Path::kDefault, {512}},
+      {kHeadSlice, Path::kAvx512Fma, {512}},
+      {kF32, Path::kDefault, {1, 16}},
+  };
+  return cases;
+}
+
+void RegisterLinearCases() {
+  for (const Case& c : Cases()) {
+    const Shape& s = c.shape;
+    const std::string name = std::string("RunLinear/") + s.name + PathSuffix(c.path);
+    benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark(name.c_str(), [&c](benchmark::State& state) {
+      RunLinear(state, c.shape.format, c.shape.n, c.shape.k, c.path, c.shape.round, c.shape.misalign, c.shape.dense);
+    });
+    for (int64_t m : c.one_thread) b->Args({m, 1});
+    for (int64_t m : c.two_threads) b->Args({m, 2});
+    Configure(b);
+  }
+}
 
 }  // namespace
 }  // namespace deepinfer
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  deepinfer::RegisterLinearCases();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
