@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -110,6 +111,22 @@ inline std::string Hex(uint32_t v) {
 inline bool SameFloat(float ours, float expected) {
   if (std::isnan(expected)) return std::isnan(ours);
   return Bits(ours) == Bits(expected);
+}
+
+// Distance in bf16 steps between two bf16-exact finite floats (+0 and -0 are the same point).
+inline int Bf16UlpDistance(float a, float b) {
+  auto key = [](float v) {
+    const int bits = static_cast<int>(Bits(v) >> 16);
+    return (bits & 0x8000) ? -(bits & 0x7fff) : bits;
+  };
+  return std::abs(key(a) - key(b));
+}
+
+// A table's bf16 bit patterns as floats.
+inline std::vector<float> Bf16ToFloats(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = FromBits(static_cast<uint32_t>(bits[i]) << 16);
+  return out;
 }
 
 }  // namespace deepinfer::testing

@@ -35,6 +35,7 @@
 namespace deepinfer {
 namespace {
 
+using testing::Bf16UlpDistance;
 using testing::Bits;
 
 // ---- the SIMD targets available here ---------------------------------------------------------
@@ -186,14 +187,6 @@ std::vector<float> MakeActivations(int64_t m, int64_t k, std::mt19937_64& rng) {
 // sequential non-fused sum); with round_to_bf16 the quantized rule applies.
 
 constexpr double kMaxDifferingFraction = 0.005;
-
-int Bf16UlpDistance(float a, float b) {
-  auto key = [](float v) {
-    const int bits = static_cast<int>(Bits(v) >> 16);
-    return (bits & 0x8000) ? -(bits & 0x7fff) : bits;
-  };
-  return std::abs(key(a) - key(b));
-}
 
 struct Stats {
   int64_t total = 0, differing = 0;

@@ -29,6 +29,8 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "tables are little endian");
 
 using testing::Array;
+using testing::Bf16ToFloats;
+using testing::Bf16UlpDistance;
 using testing::Bits;
 using testing::FromBits;
 using testing::Get;
@@ -44,21 +46,6 @@ const Tables& DequantTables() {
 const Tables& GemmTables() {
   static const Tables t = ReadTables("kernels/gemm.bin");
   return t;
-}
-
-// Distance in bf16 steps between two bf16-exact finite floats (+0 and -0 are the same point).
-int Bf16UlpDistance(float a, float b) {
-  auto key = [](float v) {
-    const int bits = static_cast<int>(Bits(v) >> 16);
-    return (bits & 0x8000) ? -(bits & 0x7FFF) : bits;
-  };
-  return std::abs(key(a) - key(b));
-}
-
-std::vector<float> Bf16ToFloats(const std::vector<uint16_t>& bits) {
-  std::vector<float> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = BF16ToFloat(bits[i]);
-  return out;
 }
 
 // ---- WeightMatrix dequantization, bit-exact against torch's fp32 products --------------------

@@ -26,6 +26,8 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "tables are little endian");
 
 using testing::Array;
+using testing::Bf16ToFloats;
+using testing::Bf16UlpDistance;
 using testing::Bits;
 using testing::Get;
 using testing::ReadTables;
@@ -34,20 +36,6 @@ using testing::Tables;
 const Tables& AttnTables() {
   static const Tables t = ReadTables("kernels/sparse_attn.bin");
   return t;
-}
-
-int Bf16UlpDistance(float a, float b) {
-  auto key = [](float v) {
-    const int bits = static_cast<int>(Bits(v) >> 16);
-    return (bits & 0x8000) ? -(bits & 0x7FFF) : bits;
-  };
-  return std::abs(key(a) - key(b));
-}
-
-std::vector<float> Bf16ToFloats(const std::vector<uint16_t>& bits) {
-  std::vector<float> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = BF16ToFloat(bits[i]);
-  return out;
 }
 
 struct AttnCase {
