@@ -5,7 +5,9 @@
 // Run by hand, e.g. build/bench/attention_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,50 @@ void BM_KvDecode(benchmark::State& state) {
                  std::string(IsaName(isa)));
 }
 BENCHMARK(BM_KvDecode)
+    ->ArgsProduct({{0, 1, 2},
+                   {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
+                    static_cast<int64_t>(IsaLevel::kAvx512)}})
+    ->Unit(benchmark::kMicrosecond);
+
+// The KV-cache encoders (ops.h) on the same 1152 entries of 512 values (bell-curve values of
+// varied block magnitudes), as the CPU backend writes the window entries (0), the compressed
+// latents (1) and the index keys (2; the indexer's queries are encoded the same way). Args:
+// {format, isa level}. Counter: encoded values per second.
+void BM_KvEncode(benchmark::State& state) {
+  constexpr int64_t kEntries = 1152;
+  const int format = static_cast<int>(state.range(0));
+  const IsaLevel isa = static_cast<IsaLevel>(state.range(1));
+  if (isa > DetectIsa()) return state.SkipWithError("ISA level not supported here");
+  const bool fp4 = format != 0;
+  const size_t block = format == 1 ? 16 : 32;
+  const size_t code_bytes = fp4 ? kDim / 2 : kDim;
+  std::vector<float> values(kEntries * kDim);
+  uint64_t seed = 5;
+  for (size_t i = 0; i < values.size(); ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    const float uniform = static_cast<float>(seed >> 40) * 0x1p-24f - 0.5f;
+    values[i] = std::ldexp(uniform, static_cast<int>(i / block % 16) - 8);
+  }
+  std::vector<uint8_t> codes(kEntries * code_bytes), scales(kEntries * (kDim / block));
+  using Encoder = void (*)(IsaLevel, std::span<const float>, size_t, uint8_t*, uint8_t*);
+  const Encoder encode = format == 0   ? Encoder{EncodeFP8PowerOfTwo}
+                         : format == 1 ? Encoder{EncodeFP4E4M3Scale}
+                                       : Encoder{EncodeFP4PowerOfTwo};
+  for (auto _ : state) {
+    for (int64_t e = 0; e < kEntries; ++e) {
+      encode(isa, {values.data() + e * kDim, static_cast<size_t>(kDim)}, block, codes.data() + e * code_bytes,
+             scales.data() + e * (kDim / block));
+    }
+    benchmark::DoNotOptimize(codes.data());
+  }
+  state.counters["values/s"] =
+      benchmark::Counter(static_cast<double>(kEntries * kDim), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(format == 0   ? "fp8 window "
+                             : format == 1 ? "fp4 latent "
+                                           : "fp4 index key ") +
+                 std::string(IsaName(isa)));
+}
+BENCHMARK(BM_KvEncode)
     ->ArgsProduct({{0, 1, 2},
                    {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
                     static_cast<int64_t>(IsaLevel::kAvx512)}})

@@ -287,7 +287,7 @@ void CpuBackend::EncodeWindowRows(const Tensor& x, const Tensor& codes, const Te
                                   const Tensor& decoded) {
   const int64_t dim = x.row_elements();
   ForEachRow(x.rows(), 2 * sizeof(float) * static_cast<size_t>(dim), [&](int64_t r, int) {
-    EncodeFP8PowerOfTwo({x.row<float>(r), static_cast<size_t>(dim)}, kWindowEntryBlock, codes.row<uint8_t>(r),
+    EncodeFP8PowerOfTwo(cpu_.isa, {x.row<float>(r), static_cast<size_t>(dim)}, kWindowEntryBlock, codes.row<uint8_t>(r),
                         exponents.row<uint8_t>(r));
     DecodeFP8PowerOfTwo(cpu_.isa, codes.row<uint8_t>(r), exponents.row<uint8_t>(r), dim, kWindowEntryBlock,
                         decoded.row<float>(r));
@@ -317,9 +317,10 @@ void CpuBackend::EncodeCompressedEntries(const Tensor& latents, const Tensor& ke
   const size_t head_dim = static_cast<size_t>(latents.row_elements());
   const size_t index_dim = static_cast<size_t>(keys.row_elements());
   ForEachRow(static_cast<int64_t>(entries.size()), sizeof(float) * (head_dim + index_dim), [&](int64_t k, int) {
-    EncodeFP4PowerOfTwo({keys.row<float>(k), index_dim}, kIndexKeyBlock, entries[k].index_codes,
+    EncodeFP4PowerOfTwo(cpu_.isa, {keys.row<float>(k), index_dim}, kIndexKeyBlock, entries[k].index_codes,
                         entries[k].index_exponents);
-    EncodeFP4E4M3Scale({latents.row<float>(k), head_dim}, kCompressedEntryBlock, entries[k].codes, entries[k].scales);
+    EncodeFP4E4M3Scale(cpu_.isa, {latents.row<float>(k), head_dim}, kCompressedEntryBlock, entries[k].codes,
+                       entries[k].scales);
   });
 }
 
@@ -397,7 +398,7 @@ void CpuBackend::IndexerSelect(const Tensor& q, const Tensor& head_weights, cons
       rope.CosSin(row.position, cos_buffer, sin_buffer);
       for (int h = 0; h < heads; ++h) ApplyRope(qrow + h * dim + dim - 2 * pairs, cos, sin, /*inverse=*/false);
       // FP4 QDQ of the query (QdqFP4PowerOfTwo, into this thread's buffers).
-      EncodeFP4PowerOfTwo({qrow, static_cast<size_t>(query)}, kIndexKeyBlock, packed, exponents);
+      EncodeFP4PowerOfTwo(cpu_.isa, {qrow, static_cast<size_t>(query)}, kIndexKeyBlock, packed, exponents);
       DecodeFP4PowerOfTwo(cpu_.isa, packed, exponents, query, kIndexKeyBlock, qrow);
       const float* weights = head_weights.row<float>(static_cast<int64_t>(r));
       const std::span<float> scores(scores_buffer, row.visible);

@@ -56,32 +56,23 @@ uint8_t FloatToE4M3(float value) {
 }
 
 uint8_t FloatToE2M1(float value) {
-  static constexpr float kMids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  static constexpr bool kTieUp[7] = {false, true, false, true, false, true, false};
   const float magnitude = std::fabs(value);
   uint8_t code = 0;
-  for (int i = 0; i < 7; ++i) {
-    if (magnitude > kMids[i] || (magnitude == kMids[i] && kTieUp[i])) ++code;
+  for (size_t i = 0; i < kE2M1Midpoints.size(); ++i) {
+    if (magnitude > kE2M1Midpoints[i] || (magnitude == kE2M1Midpoints[i] && kE2M1TieUp[i])) ++code;
   }
   return static_cast<uint8_t>(code | (std::signbit(value) ? 0x08 : 0x00));
 }
 
+float FP8PowerOfTwoBlockScale(float amax) { return PowerOfTwoScaleCeil(std::max(amax, 1e-4f), kFP8MaxInv); }
+
+float FP4PowerOfTwoBlockScale(float amax) {
+  return PowerOfTwoScaleCeil(std::max(amax, 6.0f * std::ldexp(1.0f, -126)), kFP4MaxInv);
+}
+
+uint8_t FP4E4M3BlockScaleCode(float amax) { return FloatToE4M3(std::max(amax, 6.0f * std::ldexp(1.0f, -9)) / kFP4Max); }
+
 namespace {
-
-// ue8m0 byte of a power-of-two fp32 scale (its biased exponent).
-uint8_t ExponentByte(float power_of_two) { return static_cast<uint8_t>(std::bit_cast<uint32_t>(power_of_two) >> 23); }
-
-float FP8BlockScale(std::span<const float> block) {
-  return PowerOfTwoScaleCeil(std::max(BlockAbsMax(block), 1e-4f), kFP8MaxInv);
-}
-
-float FP4PowerOfTwoBlockScale(std::span<const float> block) {
-  return PowerOfTwoScaleCeil(std::max(BlockAbsMax(block), 6.0f * std::ldexp(1.0f, -126)), kFP4MaxInv);
-}
-
-uint8_t FP4E4M3BlockScaleCode(std::span<const float> block) {
-  return FloatToE4M3(std::max(BlockAbsMax(block), 6.0f * std::ldexp(1.0f, -9)) / kFP4Max);
-}
 
 void CheckBlocks(size_t n, size_t block) {
   DI_CHECK(block > 0 && n % block == 0, "size ", n, " not a multiple of block ", block);
@@ -101,8 +92,8 @@ void EncodeFP8PowerOfTwo(std::span<const float> values, size_t block, uint8_t* c
   CheckBlocks(values.size(), block);
   for (size_t b = 0; b < values.size() / block; ++b) {
     std::span<const float> blk = values.subspan(b * block, block);
-    const float scale = FP8BlockScale(blk);
-    exponents[b] = ExponentByte(scale);
+    const float scale = FP8PowerOfTwoBlockScale(BlockAbsMax(blk));
+    exponents[b] = UE8M0Byte(scale);
     for (size_t i = 0; i < block; ++i)
       codes[b * block + i] = FloatToE4M3(std::clamp(blk[i] / scale, -kFP8Max, kFP8Max));
   }
@@ -116,8 +107,8 @@ void EncodeFP4PowerOfTwo(std::span<const float> values, size_t block, uint8_t* p
   CheckBlocks(values.size(), block);
   for (size_t b = 0; b < values.size() / block; ++b) {
     std::span<const float> blk = values.subspan(b * block, block);
-    const float scale = FP4PowerOfTwoBlockScale(blk);
-    exponents[b] = ExponentByte(scale);
+    const float scale = FP4PowerOfTwoBlockScale(BlockAbsMax(blk));
+    exponents[b] = UE8M0Byte(scale);
     for (size_t i = 0; i < block; ++i) {
       PackNibble(packed, b * block + i, FloatToE2M1(std::clamp(blk[i] / scale, -kFP4Max, kFP4Max)));
     }
@@ -134,7 +125,7 @@ void EncodeFP4E4M3Scale(std::span<const float> values, size_t block, uint8_t* pa
   CheckBlocks(values.size(), block);
   for (size_t b = 0; b < values.size() / block; ++b) {
     std::span<const float> blk = values.subspan(b * block, block);
-    scales[b] = FP4E4M3BlockScaleCode(blk);
+    scales[b] = FP4E4M3BlockScaleCode(BlockAbsMax(blk));
     const float scale = E4M3ToFloat(scales[b]);
     for (size_t i = 0; i < block; ++i) {
       PackNibble(packed, b * block + i, FloatToE2M1(std::clamp(blk[i] / scale, -kFP4Max, kFP4Max)));
@@ -159,7 +150,7 @@ void QuantizeFP8PowerOfTwo(std::span<const float> values, size_t block, std::spa
   DI_CHECK(values.size() % block == 0 && codes.size() == values.size() && scales.size() == values.size() / block);
   for (size_t b = 0; b < scales.size(); ++b) {
     std::span<const float> blk = values.subspan(b * block, block);
-    scales[b] = FP8BlockScale(blk);
+    scales[b] = FP8PowerOfTwoBlockScale(BlockAbsMax(blk));
     for (size_t i = 0; i < block; ++i) {
       codes[b * block + i] = FloatToE4M3(std::clamp(blk[i] / scales[b], -kFP8Max, kFP8Max));
     }

@@ -80,6 +80,10 @@ inline float E2M1ToFloat(uint8_t code) { return kE2M1Values[code & 0x0F]; }
 // value moves up only onto an even code (0.75 -> 1, 1.75 -> 2, 3.5 -> 4). The sign of zero
 // is kept (code 8).
 uint8_t FloatToE2M1(float value);
+// Its rule as data: the magnitude code is the number of midpoints below |value|, counting a
+// midpoint equal to |value| where kE2M1TieUp says so.
+inline constexpr std::array<float, 7> kE2M1Midpoints = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+inline constexpr std::array<bool, 7> kE2M1TieUp = {false, true, false, true, false, true, false};
 
 // Logical element k of a packed FP4 row.
 inline uint8_t PackedFP4Code(const uint8_t* row, size_t k) {
@@ -110,6 +114,18 @@ void EncodeFP4PowerOfTwo(std::span<const float> values, size_t block, uint8_t* p
 void DecodeFP4PowerOfTwo(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
 void EncodeFP4E4M3Scale(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales);
 void DecodeFP4E4M3Scale(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
+
+// The encoders' block scales from the block's amax (its largest |value|, NaNs skipped):
+//   FP8 power-of-two: 2^ceil(log2(max(amax, 1e-4) / 448)), as act_quant;
+//   FP4 power-of-two: 2^ceil(log2(max(amax, 6 * 2^-126) / 6));
+//   FP4 e4m3-scaled:  the e4m3 code of max(amax, 6 * 2^-9) / 6.
+float FP8PowerOfTwoBlockScale(float amax);
+float FP4PowerOfTwoBlockScale(float amax);
+uint8_t FP4E4M3BlockScaleCode(float amax);
+// The ue8m0 byte of a power-of-two scale (its biased exponent).
+inline uint8_t UE8M0Byte(float power_of_two) {
+  return static_cast<uint8_t>(std::bit_cast<uint32_t>(power_of_two) >> 23);
+}
 
 // The FP8 activation quantization every FP8/FP4 GEMM applies to its input: codes plus one
 // power-of-two scale per block (the non-inplace act_quant).

@@ -14,9 +14,11 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/numeric.h"
 #include "golden_tables.h"
 
@@ -317,6 +319,113 @@ TEST(KvDecode, EveryLevelGivesTheOraclesBitsForEveryCodeAndScale) {
         }
       }
       EXPECT_EQ(mismatches, 0u) << f.name << " " << IsaName(isa);
+    }
+  }
+}
+
+// Values that exercise every branch of the KV encoders, a block of `block` at a time: ordinary
+// bell-curve blocks at scales from fp32 subnormals to near overflow; values exactly on the e2m1
+// midpoints and on e4m3 rounding ties (after the block's own scale); the e4m3 subnormal boundary
+// and saturation; zeros of both signs; NaN and infinities inside otherwise ordinary blocks.
+std::vector<float> EncoderInputs(size_t blocks, size_t block, uint64_t seed) {
+  std::vector<float> v(blocks * block);
+  auto next = [&] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(seed >> 33);
+  };
+  auto uniform = [&] { return static_cast<float>(next() & 0xffffff) * 0x1p-24f; };
+  for (size_t b = 0; b < blocks; ++b) {
+    float* x = v.data() + b * block;
+    const float magnitude = std::ldexp(1.0f, static_cast<int>(next() % 250) - 140);
+    const float sign_flip = (next() & 1) ? -1.0f : 1.0f;
+    switch (b % 8) {
+      case 0:
+      case 1:  // bell curve at this block's magnitude
+        for (size_t i = 0; i < block; ++i) x[i] = (uniform() + uniform() + uniform() - 1.5f) * magnitude;
+        break;
+      case 2: {  // e2m1 midpoints times a power of two (the FP4 power-of-two scale of amax 6 * m)
+        const float m = std::ldexp(1.0f, static_cast<int>(next() % 60) - 30);
+        for (size_t i = 0; i < block; ++i) {
+          x[i] = (i % 8 == 7 ? 6.0f : kE2M1Midpoints[i % 7]) * m * ((next() & 1) ? -1.0f : 1.0f);
+        }
+        break;
+      }
+      case 3: {  // e4m3 ties: 4-bit mantissas halfway between codes, around the subnormal edge too
+        const float m = std::ldexp(1.0f, static_cast<int>(next() % 40) - 20);
+        for (size_t i = 0; i < block; ++i) {
+          const float tie = (8.0f + static_cast<float>(next() % 8) + 0.5f) / 8.0f;
+          x[i] = std::ldexp(tie, static_cast<int>(next() % 16) - 10) * m * sign_flip;
+        }
+        x[0] = 448.0f * m;      // the block's amax: scale m
+        x[1] = 0.0156249f * m;  // either side of 2^-6, where the subnormal grid begins
+        x[2] = 0.015625f * m;
+        x[3] = 2.5f / 512.0f * m;  // subnormal-grid ties (to 2 and 4 steps)
+        x[4] = -3.5f / 512.0f * m;
+        break;
+      }
+      case 4:  // zeros of both signs, and a tiny value
+        for (size_t i = 0; i < block; ++i) x[i] = (i % 2) ? -0.0f : 0.0f;
+        x[block - 1] = std::ldexp(1.0f, -149);
+        break;
+      case 5:  // a NaN among ordinary values (skipped by amax; its code is the NaN rule's)
+        for (size_t i = 0; i < block; ++i) x[i] = (uniform() - 0.5f) * magnitude;
+        x[next() % block] = (next() & 1) ? std::nanf("") : -std::nanf("");
+        break;
+      case 6:  // an infinity among ordinary values
+        for (size_t i = 0; i < block; ++i) x[i] = (uniform() - 0.5f) * magnitude;
+        x[next() % block] = sign_flip * INFINITY;
+        break;
+      default:  // e4m3-scaled FP4: products of e2m1 midpoints and an e4m3 value
+        for (size_t i = 0; i < block; ++i) {
+          x[i] = kE2M1Midpoints[next() % 7] * E4M3ToFloat(static_cast<uint8_t>(next() % 0x7f)) * sign_flip;
+        }
+        break;
+    }
+  }
+  return v;
+}
+
+// The KV-cache encoders at every level give the scalar oracle's codes and scale bytes (the SIMD
+// ones where block % 8 == 0 and the size is a multiple of 32, the oracle elsewhere).
+TEST(KvEncode, EveryLevelGivesTheOraclesCodesAndScales) {
+  struct Format {
+    const char* name;
+    bool fp4;
+    void (*simd)(IsaLevel, std::span<const float>, size_t, uint8_t*, uint8_t*);
+    void (*oracle)(std::span<const float>, size_t, uint8_t*, uint8_t*);
+  };
+  const Format formats[] = {{"fp8 pow2", false, EncodeFP8PowerOfTwo, EncodeFP8PowerOfTwo},
+                            {"fp4 pow2", true, EncodeFP4PowerOfTwo, EncodeFP4PowerOfTwo},
+                            {"fp4 e4m3", true, EncodeFP4E4M3Scale, EncodeFP4E4M3Scale}};
+  for (const Format& f : formats) {
+    for (const size_t block : {8, 16, 32, 64, 12}) {
+      for (const size_t blocks : {size_t{96} * 8, size_t{3}}) {  // 3 blocks of 8 or 12: not 32-aligned
+        const std::vector<float> x = EncoderInputs(blocks, block, 7 + block + blocks);
+        const size_t n = x.size();
+        std::vector<uint8_t> codes(f.fp4 ? n / 2 : n), scales(blocks);
+        f.oracle(x, block, codes.data(), scales.data());
+        for (const IsaLevel isa : SupportedIsaLevels()) {
+          SCOPED_TRACE(std::string(f.name) + " " + std::string(IsaName(isa)) + " block " + std::to_string(block) +
+                       " n " + std::to_string(n));
+          std::vector<uint8_t> our_codes(codes.size(), 0xaa), our_scales(blocks, 0xaa);
+          f.simd(isa, x, block, our_codes.data(), our_scales.data());
+          size_t mismatches = 0;
+          for (size_t i = 0; i < codes.size(); ++i) {
+            if (our_codes[i] != codes[i] && mismatches++ < 3) {
+              const size_t element = f.fp4 ? 2 * i : i;
+              ADD_FAILURE() << "code byte " << i << ": " << int{our_codes[i]} << " vs " << int{codes[i]} << " (values "
+                            << x[element] << (f.fp4 ? ", " + std::to_string(x[element + 1]) : "") << ")";
+            }
+          }
+          EXPECT_EQ(mismatches, 0u);
+          EXPECT_EQ(our_scales, scales);
+        }
+      }
+    }
+    std::vector<uint8_t> codes(64), scales(8);
+    const std::vector<float> x(96, 1.0f);
+    for (const IsaLevel isa : SupportedIsaLevels()) {
+      EXPECT_THROW(f.simd(isa, x, 64, codes.data(), scales.data()), Error) << f.name << ": 96 values in blocks of 64";
     }
   }
 }

@@ -210,6 +210,32 @@ void DecodeFP4E4M3Scale(IsaLevel isa, const uint8_t* packed, const uint8_t* scal
   DecodeFP4E4M3Scale(packed, scales, n, block, out);
 }
 
+namespace {
+// Whether the AVX2 encoders take the call; the blocks must tile the values either way.
+bool EncodesOnAvx2(IsaLevel isa, std::span<const float> values, size_t block) {
+  DI_CHECK(block > 0 && values.size() % block == 0, "KV encoder: size ", values.size(), " not a multiple of block ",
+           block);
+  return (isa == IsaLevel::kAvx2 || isa == IsaLevel::kAvx512) && block % 8 == 0 && values.size() % 32 == 0;
+}
+}  // namespace
+
+void EncodeFP8PowerOfTwo(IsaLevel isa, std::span<const float> values, size_t block, uint8_t* codes,
+                         uint8_t* exponents) {
+  if (EncodesOnAvx2(isa, values, block)) return EncodeFP8PowerOfTwoAvx2(values, block, codes, exponents);
+  EncodeFP8PowerOfTwo(values, block, codes, exponents);
+}
+
+void EncodeFP4PowerOfTwo(IsaLevel isa, std::span<const float> values, size_t block, uint8_t* packed,
+                         uint8_t* exponents) {
+  if (EncodesOnAvx2(isa, values, block)) return EncodeFP4PowerOfTwoAvx2(values, block, packed, exponents);
+  EncodeFP4PowerOfTwo(values, block, packed, exponents);
+}
+
+void EncodeFP4E4M3Scale(IsaLevel isa, std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales) {
+  if (EncodesOnAvx2(isa, values, block)) return EncodeFP4E4M3ScaleAvx2(values, block, packed, scales);
+  EncodeFP4E4M3Scale(values, block, packed, scales);
+}
+
 const AttentionLoops& SparseAttentionLoops(IsaLevel isa, int64_t dim) {
   if (dim % 16 != 0) return ScalarAttentionLoops();
   if (isa == IsaLevel::kAvx512) return SparseAttentionLoopsAvx512();

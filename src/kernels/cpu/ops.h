@@ -127,6 +127,20 @@ void DecodeFP8PowerOfTwoAvx2(const uint8_t* codes, const uint8_t* exponents, siz
 void DecodeFP4PowerOfTwoAvx2(const uint8_t* packed, const uint8_t* exponents, size_t n, size_t block, float* out);
 void DecodeFP4E4M3ScaleAvx2(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out);
 
+// Encoding into the KV cache's QAT formats on the SIMD level `isa`: exactly the codes and scales
+// of the scalar EncodeFP8PowerOfTwo / EncodeFP4PowerOfTwo / EncodeFP4E4M3Scale (core/numeric.h),
+// which stay the oracle. Each block's scale is the oracle's function of the block's amax (a vector
+// maximum, NaNs skipped as std::max skips them); every element is divided by it, clamped and
+// rounded to its code as the oracle does, 8 at a time. kAvx2 and kAvx512 (whose CPUs have AVX2)
+// run the AVX2 code where block % 8 == 0 and values.size() % 32 == 0; the rest runs the oracle.
+void EncodeFP8PowerOfTwo(IsaLevel isa, std::span<const float> values, size_t block, uint8_t* codes, uint8_t* exponents);
+void EncodeFP4PowerOfTwo(IsaLevel isa, std::span<const float> values, size_t block, uint8_t* packed,
+                         uint8_t* exponents);
+void EncodeFP4E4M3Scale(IsaLevel isa, std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales);
+void EncodeFP8PowerOfTwoAvx2(std::span<const float> values, size_t block, uint8_t* codes, uint8_t* exponents);
+void EncodeFP4PowerOfTwoAvx2(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* exponents);
+void EncodeFP4E4M3ScaleAvx2(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales);
+
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
 }  // namespace deepinfer

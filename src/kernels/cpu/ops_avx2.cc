@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 
 #include "core/numeric.h"
 #include "kernels/cpu/ops.h"
@@ -277,6 +278,131 @@ DI_AVX2 void DecodeFP4PowerOfTwoAvx2(const uint8_t* packed, const uint8_t* expon
 
 DI_AVX2 void DecodeFP4E4M3ScaleAvx2(const uint8_t* packed, const uint8_t* scales, size_t n, size_t block, float* out) {
   DecodeFp4Blocks<false>(packed, scales, n, block, out);
+}
+
+// ---- KV cache encoders (ops.h: the scalar encoders' codes and scales) ---------------------------
+
+namespace {
+
+// The largest |value| of n (a multiple of 8) floats: max_ps returns its second operand when the
+// first is NaN, so NaNs are skipped as the oracle's std::max skips them.
+DI_AVX2 inline float AbsMax(const float* values, size_t n) {
+  __m256 amax = _mm256_setzero_ps();
+  for (size_t i = 0; i < n; i += 8) {
+    amax = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_loadu_ps(values + i)), amax);
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// std::clamp(values / scale, -limit, limit): the division rounds as the scalar one does, and
+// min/max return their second operand for NaN, so a NaN quotient stays NaN as std::clamp keeps it.
+DI_AVX2 inline __m256 ScaledClamped(const float* values, __m256 scale, float limit) {
+  const __m256 q = _mm256_div_ps(_mm256_loadu_ps(values), scale);
+  return _mm256_min_ps(_mm256_set1_ps(limit), _mm256_max_ps(_mm256_set1_ps(-limit), q));
+}
+
+// FloatToE4M3 of each lane, a code per dword.
+DI_AVX2 inline __m256i E4M3Codes(__m256 t) {
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(t), 24), _mm256_set1_epi32(0x80));
+  const __m256 mag = _mm256_min_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), t), _mm256_set1_ps(kFP8Max));
+  // Below 2^-6 the subnormal grid of 2^-9: nearbyint(mag * 512) in the current (nearest-even) mode.
+  const __m256i steps = _mm256_cvtps_epi32(_mm256_mul_ps(mag, _mm256_set1_ps(512.0f)));
+  // Normal: the mantissa rounded to 3 bits on the bit pattern; (bits >> 20) is exponent << 3 |
+  // mantissa, so the code is that minus the exponent bias difference (127 - 7) << 3.
+  __m256i bits = _mm256_castps_si256(mag);
+  bits = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32((1 << 19) - 1),
+                                                 _mm256_and_si256(_mm256_srli_epi32(bits, 20), _mm256_set1_epi32(1))));
+  const __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(bits, 20), _mm256_set1_epi32(120 << 3));
+  __m256i code =
+      _mm256_blendv_epi8(normal, steps, _mm256_castps_si256(_mm256_cmp_ps(mag, _mm256_set1_ps(0.015625f), _CMP_LT_OQ)));
+  code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7f), _mm256_castps_si256(_mm256_cmp_ps(t, t, _CMP_UNORD_Q)));
+  return _mm256_or_si256(code, sign);
+}
+
+// FloatToE2M1 of each lane (already clamped to [-6, 6]), a code per dword: one step per midpoint
+// below the magnitude (or equal to it, where the tie goes up), the sign in bit 3.
+DI_AVX2 inline __m256i E2M1Codes(__m256 t) {
+  const __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), t);
+  __m256i code = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(t), 31), 3);
+  for (size_t i = 0; i < kE2M1Midpoints.size(); ++i) {
+    const __m256 mid = _mm256_set1_ps(kE2M1Midpoints[i]);
+    const __m256 above = kE2M1TieUp[i] ? _mm256_cmp_ps(mag, mid, _CMP_GE_OQ) : _mm256_cmp_ps(mag, mid, _CMP_GT_OQ);
+    code = _mm256_sub_epi32(code, _mm256_castps_si256(above));  // a true compare is -1
+  }
+  return code;
+}
+
+// 32 codes (one per dword, 0-255) as 32 bytes in order: the two packs interleave the 128-bit
+// lanes, the permutation puts the dwords back.
+DI_AVX2 inline __m256i CodeBytes(const __m256i (&codes)[4]) {
+  const __m256i bytes =
+      _mm256_packus_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// 32 e2m1 codes (bytes in order) as 16 packed bytes, the even element in the low nibble.
+DI_AVX2 inline void StoreNibbles(__m256i code_bytes, uint8_t* packed) {
+  const __m256i pairs = _mm256_maddubs_epi16(code_bytes, _mm256_set1_epi16(0x1001));  // even + 16 * odd
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(packed),
+                   _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1)));
+}
+
+enum class KvCode { kE4M3PowerOfTwo, kE2M1PowerOfTwo, kE2M1E4M3Scale };
+
+// The encoders' common walk: 32 elements at a time, 8 per vector, each divided by its block's
+// scale (computed when the walk enters the block, its byte stored in `block_scales`); the codes go
+// to `out` as bytes (e4m3) or packed nibbles (e2m1).
+template <KvCode kCode>
+DI_AVX2 void EncodeBlocks(std::span<const float> values, size_t block, uint8_t* out, uint8_t* block_scales) {
+  constexpr bool kE2M1 = kCode != KvCode::kE4M3PowerOfTwo;
+  size_t current = SIZE_MAX;
+  __m256 scale = _mm256_setzero_ps();
+  for (size_t i = 0; i < values.size(); i += 32) {
+    __m256i codes[4];
+    for (int j = 0; j < 4; ++j) {
+      const size_t at = i + 8 * static_cast<size_t>(j);
+      if (at / block != current) {
+        current = at / block;
+        const float amax = AbsMax(values.data() + current * block, block);
+        float divisor;
+        if constexpr (kCode == KvCode::kE4M3PowerOfTwo) {
+          divisor = FP8PowerOfTwoBlockScale(amax);
+          block_scales[current] = UE8M0Byte(divisor);
+        } else if constexpr (kCode == KvCode::kE2M1PowerOfTwo) {
+          divisor = FP4PowerOfTwoBlockScale(amax);
+          block_scales[current] = UE8M0Byte(divisor);
+        } else {
+          block_scales[current] = FP4E4M3BlockScaleCode(amax);
+          divisor = E4M3ToFloat(block_scales[current]);
+        }
+        scale = _mm256_set1_ps(divisor);
+      }
+      const __m256 t = ScaledClamped(values.data() + at, scale, kE2M1 ? kFP4Max : kFP8Max);
+      codes[j] = kE2M1 ? E2M1Codes(t) : E4M3Codes(t);
+    }
+    const __m256i bytes = CodeBytes(codes);
+    if constexpr (kE2M1) {
+      StoreNibbles(bytes, out + i / 2);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), bytes);
+    }
+  }
+}
+
+}  // namespace
+
+DI_AVX2 void EncodeFP8PowerOfTwoAvx2(std::span<const float> values, size_t block, uint8_t* codes, uint8_t* exponents) {
+  EncodeBlocks<KvCode::kE4M3PowerOfTwo>(values, block, codes, exponents);
+}
+
+DI_AVX2 void EncodeFP4PowerOfTwoAvx2(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* exponents) {
+  EncodeBlocks<KvCode::kE2M1PowerOfTwo>(values, block, packed, exponents);
+}
+
+DI_AVX2 void EncodeFP4E4M3ScaleAvx2(std::span<const float> values, size_t block, uint8_t* packed, uint8_t* scales) {
+  EncodeBlocks<KvCode::kE2M1E4M3Scale>(values, block, packed, scales);
 }
 
 }  // namespace deepinfer
