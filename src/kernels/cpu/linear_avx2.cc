@@ -92,26 +92,54 @@ inline float ActScale(float amax) {
   return std::bit_cast<float>(static_cast<uint32_t>(log2_ceil + 127) << 23);
 }
 
-// The lane (0-15; 0-7 the low accumulator, 8-15 the high one) that carries canonical pair i's
-// running sum in these kernels. FP8 puts the even pairs in the low accumulator and the odd ones in
-// the high, as a group read as 16-bit words (one pair each) decodes with shifts and masks alone
-// (DecodeFp8Codes); ReduceLanesOf puts the sums back in canonical order before the tree, so the
-// operations per pair and the reduction are the canonical ones. Other formats: lane i.
-constexpr int PairLane(MatrixFormat f, int pair) {
-  return f == MatrixFormat::kFP8Block32 ? pair % 2 * 8 + pair / 2 : pair;
-}
+// The PairLane order: the lane (0-15; 0-7 the low accumulator, 8-15 the high one) that carries
+// canonical pair i's running sum in these kernels is i, except for FP8, whose pair i runs in lane
+// i % 2 * 8 + i / 2: the even pairs in the low accumulator and the odd ones in the high, as a group
+// read as 16-bit words (one pair each) decodes with shifts and masks alone (DecodeFp8Codes).
+// ReduceLanesOf puts the sums back in canonical order before the tree, so the operations per pair
+// and the reduction are the canonical ones.
 
-// Natural-order group -> [even members by lane | odd members by lane].
-inline void ToPairs(MatrixFormat f, const float* natural, float* xs) {
-  for (int i = 0; i < 16; ++i) {
-    xs[PairLane(f, i)] = natural[PairK(f, i, false)];
-    xs[16 + PairLane(f, i)] = natural[PairK(f, i, true)];
+// A natural-order group (n[j] holds elements 8j..8j+7) -> [even members by lane | odd members by
+// lane] (PairK, the PairLane order), in registers.
+inline void StorePairs(MatrixFormat f, const __m256 (&n)[4], float* xs) {
+  __m256 even_lo, even_hi, odd_lo, odd_hi;
+  if (f == MatrixFormat::kF32) {  // pair i is (i, 16 + i): the memory order
+    even_lo = n[0], even_hi = n[1], odd_lo = n[2], odd_hi = n[3];
+  } else if (f == MatrixFormat::kFP4Row32) {
+    // Pair i is (8(i%4) + i/4, that + 4): the 4 x 8 matrix of the group transposed, columns 0-1 the
+    // low evens, 2-3 the high evens, 4-5 and 6-7 the odds.
+    const __m256 t0 = _mm256_unpacklo_ps(n[0], n[1]), t1 = _mm256_unpackhi_ps(n[0], n[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(n[2], n[3]), t3 = _mm256_unpackhi_ps(n[2], n[3]);
+    const __m256 c04 = _mm256_shuffle_ps(t0, t2, 0x44), c15 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 c26 = _mm256_shuffle_ps(t1, t3, 0x44), c37 = _mm256_shuffle_ps(t1, t3, 0xee);
+    even_lo = _mm256_permute2f128_ps(c04, c15, 0x20), odd_lo = _mm256_permute2f128_ps(c04, c15, 0x31);
+    even_hi = _mm256_permute2f128_ps(c26, c37, 0x20), odd_hi = _mm256_permute2f128_ps(c26, c37, 0x31);
+  } else if (f == MatrixFormat::kFP8Block32) {
+    // Pairs (2i, 2i + 1), pair 2l in lane l and 2l + 1 in lane 8 + l: element 4l + j goes to lane l
+    // of (even low, odd low, even high, odd high)[j], the 8 x 4 matrix of the group transposed.
+    // Halves (rows l, l + 4) first, so that each 128-bit lane transposes on its own.
+    const __m256 r04 = _mm256_permute2f128_ps(n[0], n[2], 0x20), r15 = _mm256_permute2f128_ps(n[0], n[2], 0x31);
+    const __m256 r26 = _mm256_permute2f128_ps(n[1], n[3], 0x20), r37 = _mm256_permute2f128_ps(n[1], n[3], 0x31);
+    const __m256 t0 = _mm256_unpacklo_ps(r04, r15), t1 = _mm256_unpackhi_ps(r04, r15);
+    const __m256 t2 = _mm256_unpacklo_ps(r26, r37), t3 = _mm256_unpackhi_ps(r26, r37);
+    even_lo = _mm256_shuffle_ps(t0, t2, 0x44), odd_lo = _mm256_shuffle_ps(t0, t2, 0xee);
+    even_hi = _mm256_shuffle_ps(t1, t3, 0x44), odd_hi = _mm256_shuffle_ps(t1, t3, 0xee);
+  } else {  // BF16: pairs (2i, 2i + 1) in lane i: the evens and odds of the group apart
+    const __m256 e01 = _mm256_shuffle_ps(n[0], n[1], 0x88), o01 = _mm256_shuffle_ps(n[0], n[1], 0xdd);
+    const __m256 e23 = _mm256_shuffle_ps(n[2], n[3], 0x88), o23 = _mm256_shuffle_ps(n[2], n[3], 0xdd);
+    even_lo = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e01), 0xd8));
+    odd_lo = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o01), 0xd8));
+    even_hi = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e23), 0xd8));
+    odd_hi = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o23), 0xd8));
   }
+  _mm256_store_ps(xs, even_lo);
+  _mm256_store_ps(xs + 8, even_hi);
+  _mm256_store_ps(xs + 16, odd_lo);
+  _mm256_store_ps(xs + 24, odd_hi);
 }
 
 ExpRange PrepareQuantized(MatrixFormat f, const float* x, int64_t k, float* xs) {
   ExpRange range{1 << 20, -(1 << 20)};
-  alignas(32) float natural[kGroup];
   for (int64_t g = 0; g < k / kGroup; ++g) {
     __m256 v[4], amax = _mm256_setzero_ps();
     for (int j = 0; j < 4; ++j) {
@@ -124,23 +152,32 @@ ExpRange PrepareQuantized(MatrixFormat f, const float* x, int64_t k, float* xs) 
     const float scale = ActScale(_mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))));
     const int e = static_cast<int>(std::bit_cast<uint32_t>(scale) >> 23) - 127;
     range = {std::min(range.lo, e), std::max(range.hi, e)};
-    const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-448.0f), hi = _mm256_set1_ps(448.0f);
+    // x / scale as x * (1 / scale): the scale is a power of two from 2^-22 to 2^120 (or +inf), so its
+    // reciprocal is exact and each product is the quotient correctly rounded, as the division is.
+    const __m256 s = _mm256_set1_ps(scale), inverse = _mm256_set1_ps(1.0f / scale);
+    const __m256 lo = _mm256_set1_ps(-448.0f), hi = _mm256_set1_ps(448.0f);
     for (int j = 0; j < 4; ++j) {
       // clamp = min(hi, max(lo, t)) keeps NaN (second operand) like std::clamp.
-      const __m256 q = RoundE4M3(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_div_ps(v[j], s))));
-      _mm256_store_ps(natural + 8 * j, _mm256_mul_ps(q, s));
+      const __m256 q = RoundE4M3(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(v[j], inverse))));
+      v[j] = _mm256_mul_ps(q, s);
     }
-    ToPairs(f, natural, xs + g * kGroup);
+    StorePairs(f, v, xs + g * kGroup);
   }
   return range;
 }
 
 void PrepareDense(MatrixFormat f, const float* x, int64_t k, float* xs) {
-  alignas(32) float natural[kGroup];
   for (int64_t g = 0; g * kGroup < k; ++g) {
     const int64_t left = std::min<int64_t>(kGroup, k - g * kGroup);  // zero padding: exact +0 products
-    for (int64_t i = 0; i < kGroup; ++i) natural[i] = i < left ? x[g * kGroup + i] : 0.0f;
-    ToPairs(f, natural, xs + g * kGroup);
+    alignas(32) float padded[kGroup];
+    const float* natural = x + g * kGroup;
+    if (left < kGroup) {
+      for (int64_t i = 0; i < kGroup; ++i) padded[i] = i < left ? natural[i] : 0.0f;
+      natural = padded;
+    }
+    const __m256 n[4] = {_mm256_loadu_ps(natural), _mm256_loadu_ps(natural + 8), _mm256_loadu_ps(natural + 16),
+                         _mm256_loadu_ps(natural + 24)};
+    StorePairs(f, n, xs + g * kGroup);
   }
 }
 
