@@ -26,10 +26,14 @@ int32_t TopKFinite(std::span<const float> scores, size_t k, std::span<int32_t> o
   for (size_t t = 0; t < scores.size(); ++t) {
     if (scores[t] != -INFINITY) order[finite++] = static_cast<int32_t>(t);
   }
-  k = std::min(k, finite);
-  std::partial_sort(order.begin(), order.begin() + k, order.begin() + finite,
-                    [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
-  std::sort(order.begin(), order.begin() + k);
+  if (finite > k) {
+    // The comparison is a strict total order, so the k best are one set, whichever algorithm
+    // finds it: a selection, then the kept indices in ascending order.
+    std::nth_element(order.begin(), order.begin() + k, order.begin() + finite,
+                     [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+    std::sort(order.begin(), order.begin() + k);
+  }
+  k = std::min(k, finite);  // all finite ones kept: `order` is ascending already
   std::copy_n(order.begin(), k, out);
   return static_cast<int32_t>(k);
 }
