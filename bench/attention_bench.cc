@@ -54,95 +54,95 @@ BENCHMARK(BM_SparseAttention)
                     static_cast<int64_t>(IsaLevel::kAvx512)}})
     ->Unit(benchmark::kMicrosecond);
 
-// The KV-cache decoders that feed it (ops.h), one call per entry of 512 values as the CPU backend
-// makes them, 1152 entries (window + 1024 selected). Args: {format, isa level}; formats: 0 the
-// FP8 window entries (ue8m0 scale per 32), 1 the FP4 latents (e4m3 scale per 16), 2 the FP4 index
-// keys (ue8m0 per 32). Scales and codes are in the range the vector paths take (no NaN codes).
-// Counter: decoded values per second.
+// The KV-cache formats as the CPU backend stores them, one entry of 512 values per call, 1152
+// entries (window + 1024 selected): 0 the FP8 window entries (ue8m0 scale per 32), 1 the FP4
+// latents (e4m3 scale per 16), 2 the FP4 index keys (ue8m0 per 32; the indexer's queries are
+// encoded the same way). Args of both benchmarks: {format, isa level}.
+constexpr int64_t kKvEntries = 1152;
+struct KvFormat {
+  bool fp4;
+  size_t block;
+  const char* name;
+  size_t CodeBytes() const { return fp4 ? kDim / 2 : kDim; }
+  size_t ScaleBytes() const { return kDim / block; }
+};
+KvFormat KvFormatOf(int format) {
+  return format == 0   ? KvFormat{false, 32, "fp8 window"}
+         : format == 1 ? KvFormat{true, 16, "fp4 latent"}
+                       : KvFormat{true, 32, "fp4 index key"};
+}
+void KvArgs(benchmark::internal::Benchmark* b) {
+  b->ArgsProduct({{0, 1, 2},
+                  {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
+                   static_cast<int64_t>(IsaLevel::kAvx512)}})
+      ->Unit(benchmark::kMicrosecond);
+}
+// Counter: values decoded or encoded per second.
+void ReportKv(benchmark::State& state, const KvFormat& f, IsaLevel isa) {
+  state.counters["values/s"] =
+      benchmark::Counter(static_cast<double>(kKvEntries * kDim), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(f.name) + " " + std::string(IsaName(isa)));
+}
+
+// The KV-cache decoders that feed attention (ops.h). Scales and codes are in the range the vector
+// paths take (no NaN codes).
 void BM_KvDecode(benchmark::State& state) {
-  constexpr int64_t kEntries = 1152;
   const int format = static_cast<int>(state.range(0));
+  const KvFormat f = KvFormatOf(format);
   const IsaLevel isa = static_cast<IsaLevel>(state.range(1));
   if (isa > DetectIsa()) return state.SkipWithError("ISA level not supported here");
-  const bool fp4 = format != 0;
-  const size_t block = format == 1 ? 16 : 32;
-  const size_t code_bytes = fp4 ? kDim / 2 : kDim;
-  std::vector<uint8_t> codes(kEntries * code_bytes), scales(kEntries * (kDim / block));
+  std::vector<uint8_t> codes(kKvEntries * f.CodeBytes()), scales(kKvEntries * f.ScaleBytes());
   uint64_t seed = 5;
   for (uint8_t& c : codes) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     c = static_cast<uint8_t>(seed >> 56);
-    if (!fp4 && (c & 0x7f) == 0x7f) c ^= 1;  // not a NaN code
+    if (!f.fp4 && (c & 0x7f) == 0x7f) c ^= 1;  // not a NaN code
   }
   for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(format == 1 ? 40 + i % 64 : 120 + i % 16);
-  std::vector<float> out(kEntries * kDim);
+  std::vector<float> out(kKvEntries * kDim);
   using Decoder = void (*)(IsaLevel, const uint8_t*, const uint8_t*, size_t, size_t, float*);
   const Decoder decode = format == 0   ? Decoder{DecodeFP8PowerOfTwo}
                          : format == 1 ? Decoder{DecodeFP4E4M3Scale}
                                        : Decoder{DecodeFP4PowerOfTwo};
   for (auto _ : state) {
-    for (int64_t e = 0; e < kEntries; ++e) {
-      decode(isa, codes.data() + e * code_bytes, scales.data() + e * (kDim / block), kDim, block,
+    for (int64_t e = 0; e < kKvEntries; ++e) {
+      decode(isa, codes.data() + e * f.CodeBytes(), scales.data() + e * f.ScaleBytes(), kDim, f.block,
              out.data() + e * kDim);
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["values/s"] =
-      benchmark::Counter(static_cast<double>(kEntries * kDim), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(format == 0   ? "fp8 window "
-                             : format == 1 ? "fp4 latent "
-                                           : "fp4 index key ") +
-                 std::string(IsaName(isa)));
+  ReportKv(state, f, isa);
 }
-BENCHMARK(BM_KvDecode)
-    ->ArgsProduct({{0, 1, 2},
-                   {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
-                    static_cast<int64_t>(IsaLevel::kAvx512)}})
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_KvDecode)->Apply(KvArgs);
 
-// The KV-cache encoders (ops.h) on the same 1152 entries of 512 values (bell-curve values of
-// varied block magnitudes), as the CPU backend writes the window entries (0), the compressed
-// latents (1) and the index keys (2; the indexer's queries are encoded the same way). Args:
-// {format, isa level}. Counter: encoded values per second.
+// The KV-cache encoders (ops.h), on bell-curve values of varied block magnitudes.
 void BM_KvEncode(benchmark::State& state) {
-  constexpr int64_t kEntries = 1152;
   const int format = static_cast<int>(state.range(0));
+  const KvFormat f = KvFormatOf(format);
   const IsaLevel isa = static_cast<IsaLevel>(state.range(1));
   if (isa > DetectIsa()) return state.SkipWithError("ISA level not supported here");
-  const bool fp4 = format != 0;
-  const size_t block = format == 1 ? 16 : 32;
-  const size_t code_bytes = fp4 ? kDim / 2 : kDim;
-  std::vector<float> values(kEntries * kDim);
+  std::vector<float> values(kKvEntries * kDim);
   uint64_t seed = 5;
   for (size_t i = 0; i < values.size(); ++i) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     const float uniform = static_cast<float>(seed >> 40) * 0x1p-24f - 0.5f;
-    values[i] = std::ldexp(uniform, static_cast<int>(i / block % 16) - 8);
+    values[i] = std::ldexp(uniform, static_cast<int>(i / f.block % 16) - 8);
   }
-  std::vector<uint8_t> codes(kEntries * code_bytes), scales(kEntries * (kDim / block));
+  std::vector<uint8_t> codes(kKvEntries * f.CodeBytes()), scales(kKvEntries * f.ScaleBytes());
   using Encoder = void (*)(IsaLevel, std::span<const float>, size_t, uint8_t*, uint8_t*);
   const Encoder encode = format == 0   ? Encoder{EncodeFP8PowerOfTwo}
                          : format == 1 ? Encoder{EncodeFP4E4M3Scale}
                                        : Encoder{EncodeFP4PowerOfTwo};
   for (auto _ : state) {
-    for (int64_t e = 0; e < kEntries; ++e) {
-      encode(isa, {values.data() + e * kDim, static_cast<size_t>(kDim)}, block, codes.data() + e * code_bytes,
-             scales.data() + e * (kDim / block));
+    for (int64_t e = 0; e < kKvEntries; ++e) {
+      encode(isa, {values.data() + e * kDim, static_cast<size_t>(kDim)}, f.block, codes.data() + e * f.CodeBytes(),
+             scales.data() + e * f.ScaleBytes());
     }
     benchmark::DoNotOptimize(codes.data());
   }
-  state.counters["values/s"] =
-      benchmark::Counter(static_cast<double>(kEntries * kDim), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(format == 0   ? "fp8 window "
-                             : format == 1 ? "fp4 latent "
-                                           : "fp4 index key ") +
-                 std::string(IsaName(isa)));
+  ReportKv(state, f, isa);
 }
-BENCHMARK(BM_KvEncode)
-    ->ArgsProduct({{0, 1, 2},
-                   {static_cast<int64_t>(IsaLevel::kScalar), static_cast<int64_t>(IsaLevel::kAvx2),
-                    static_cast<int64_t>(IsaLevel::kAvx512)}})
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_KvEncode)->Apply(KvArgs);
 
 }  // namespace
 }  // namespace deepinfer
