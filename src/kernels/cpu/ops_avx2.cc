@@ -2,7 +2,8 @@
 // The q.k dot product keeps the AVX-512 lane structure (two 16-lane accumulators, each as two
 // ymm halves, then the same fixed reduction tree) and P.V is elementwise, so the results are
 // bit-identical to the AVX-512 path's; both differ from the scalar oracle only in the summation
-// order of q.k. The KV-cache decoders are the AVX-512 ones on 8 lanes: the oracle's bits.
+// order of q.k. The KV-cache decoders are the AVX-512 ones on 8 lanes: the oracle's bits; the
+// KV-cache encoders (AVX2 only, also run at the AVX-512 level) give the oracle's codes and scales.
 #include <immintrin.h>
 
 #include <cstdint>
