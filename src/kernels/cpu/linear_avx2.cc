@@ -44,16 +44,72 @@ inline float ReduceLanes(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
+// The first step of the tree on accumulators in PairLane order: lane i + lane i + 8 of the
+// canonical lanes.
+template <MatrixFormat F>
+inline __m256 PairSums(__m256 lo, __m256 hi) {
+  if constexpr (F == MatrixFormat::kFP8Block32) {
+    // lo holds pairs 0, 2, ..., 14 and hi pairs 1, 3, ..., 15: interleaved back to 0-7 | 8-15.
+    const __m256 first = _mm256_unpacklo_ps(lo, hi), second = _mm256_unpackhi_ps(lo, hi);
+    return _mm256_add_ps(_mm256_permute2f128_ps(first, second, 0x20), _mm256_permute2f128_ps(first, second, 0x31));
+  } else {
+    return _mm256_add_ps(lo, hi);
+  }
+}
+
 // ReduceLanes of accumulators in PairLane order.
 template <MatrixFormat F>
 inline float ReduceLanesOf(__m256 lo, __m256 hi) {
   if constexpr (F == MatrixFormat::kFP8Block32) {
-    // lo holds pairs 0, 2, ..., 14 and hi pairs 1, 3, ..., 15: interleaved back to 0-7 | 8-15.
-    const __m256 first = _mm256_unpacklo_ps(lo, hi), second = _mm256_unpackhi_ps(lo, hi);
-    return ReduceLanes(_mm256_permute2f128_ps(first, second, 0x20), _mm256_permute2f128_ps(first, second, 0x31));
+    const __m256 a = PairSums<F>(lo, hi);
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
   } else {
     return ReduceLanes(lo, hi);
   }
+}
+
+// Finish (linear_simd.h) of 8 sums at once: NaN to the canonical quiet NaN, else bf16 rounding
+// (round-to-nearest-even on the bits) where asked.
+inline __m256 FinishEight(__m256 sums, bool round) {
+  __m256i u = _mm256_castps_si256(sums);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  if (round) {
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    u = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)),
+                         _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  }
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(u, _mm256_set1_epi32(0x7fc00000), nan));
+}
+
+// ReduceLanesOf and Finish of 8 outputs at once (accumulator halves lo[k], hi[k] of output k), with
+// each output's operations in the same order: the pair sums, then the 8 x 8 transpose that puts
+// lane i of every output in one vector, then (i, i + 4), (i, i + 2), (i, i + 1) across vectors.
+template <MatrixFormat F>
+inline __m256 ReduceFinishEight(const float* const (&lo)[8], const float* const (&hi)[8], bool round) {
+  __m256 a[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) a[k] = PairSums<F>(_mm256_load_ps(lo[k]), _mm256_load_ps(hi[k]));
+  __m256 u[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 8; k += 4) {
+    const __m256 t0 = _mm256_unpacklo_ps(a[k], a[k + 1]), t1 = _mm256_unpackhi_ps(a[k], a[k + 1]);
+    const __m256 t2 = _mm256_unpacklo_ps(a[k + 2], a[k + 3]), t3 = _mm256_unpackhi_ps(a[k + 2], a[k + 3]);
+    u[k] = _mm256_shuffle_ps(t0, t2, 0x44);      // lanes 0 | 4 of outputs k..k+3
+    u[k + 1] = _mm256_shuffle_ps(t0, t2, 0xee);  // lanes 1 | 5
+    u[k + 2] = _mm256_shuffle_ps(t1, t3, 0x44);  // lanes 2 | 6
+    u[k + 3] = _mm256_shuffle_ps(t1, t3, 0xee);  // lanes 3 | 7
+  }
+  __m256 quarter[4];  // lane i + lane i + 4 of every output, i = 0..3
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    quarter[i] =
+        _mm256_add_ps(_mm256_permute2f128_ps(u[i], u[i + 4], 0x20), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+  const __m256 half0 = _mm256_add_ps(quarter[0], quarter[2]), half1 = _mm256_add_ps(quarter[1], quarter[3]);
+  return FinishEight(_mm256_add_ps(half0, half1), round);
 }
 
 inline int HorizontalU8(__m128i v, bool max) {
@@ -1038,6 +1094,27 @@ void PanelRowsT(const Job& job, int64_t n_begin, int64_t n_end, Scratch& s) {
     const int nr = static_cast<int>(std::min<int64_t>(kGemmPanelRows, n_end - n0));
     const int triples = (nr + kGemmTileRows - 1) / kGemmTileRows;
     const auto finish = [&](int64_t q) {
+      if (nr == kGemmPanelRows) {  // each row's 12 outputs as 8 + 4 (the 4 twice over)
+        static_assert(kGemmPanelRows == 12);
+        for (int64_t r = 4 * q; r < std::min(4 * q + 4, job.m); ++r) {
+          const int row = static_cast<int>(r - 4 * q);
+          const auto half = [&](int c, int h) {
+            return acc_of(q, c / kGemmTileRows, h) + (row * kGemmTileRows + c % kGemmTileRows) * 8;
+          };
+          const float* const lo8[8] = {half(0, 0), half(1, 0), half(2, 0), half(3, 0),
+                                       half(4, 0), half(5, 0), half(6, 0), half(7, 0)};
+          const float* const hi8[8] = {half(0, 1), half(1, 1), half(2, 1), half(3, 1),
+                                       half(4, 1), half(5, 1), half(6, 1), half(7, 1)};
+          const float* const lo4[8] = {half(8, 0), half(9, 0), half(10, 0), half(11, 0),
+                                       half(8, 0), half(9, 0), half(10, 0), half(11, 0)};
+          const float* const hi4[8] = {half(8, 1), half(9, 1), half(10, 1), half(11, 1),
+                                       half(8, 1), half(9, 1), half(10, 1), half(11, 1)};
+          float* y = job.y + r * w.rows + n0;
+          _mm256_storeu_ps(y, ReduceFinishEight<F>(lo8, hi8, job.round_to_bf16));
+          _mm_storeu_ps(y + 8, _mm256_castps256_ps128(ReduceFinishEight<F>(lo4, hi4, job.round_to_bf16)));
+        }
+        return;
+      }
       for (int t = 0; t < triples; ++t) {
         const float* lo = acc_of(q, t, 0);
         const float* hi = acc_of(q, t, 1);
