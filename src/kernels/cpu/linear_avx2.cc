@@ -36,9 +36,9 @@ using linear_simd::PairK;
 struct Avx2;
 float Finish(float sum, bool round) { return linear_simd::Finish<Avx2>(sum, round); }
 
-// The fixed reduction tree: (i, i+8) is lo + hi, then (i, i+4), (i, i+2), (i, i+1).
-inline float ReduceLanes(__m256 lo, __m256 hi) {
-  const __m256 a = _mm256_add_ps(lo, hi);
+// The fixed reduction tree: (i, i+8) is the pair sums `a` (PairSums), then (i, i+4), (i, i+2),
+// (i, i+1).
+inline float ReducePairSums(__m256 a) {
   const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
@@ -57,17 +57,10 @@ inline __m256 PairSums(__m256 lo, __m256 hi) {
   }
 }
 
-// ReduceLanes of accumulators in PairLane order.
+// The reduction tree of accumulators in PairLane order.
 template <MatrixFormat F>
 inline float ReduceLanesOf(__m256 lo, __m256 hi) {
-  if constexpr (F == MatrixFormat::kFP8Block32) {
-    const __m256 a = PairSums<F>(lo, hi);
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
-  } else {
-    return ReduceLanes(lo, hi);
-  }
+  return ReducePairSums(PairSums<F>(lo, hi));
 }
 
 // Finish (linear_simd.h) of 8 sums at once: NaN to the canonical quiet NaN, else bf16 rounding
