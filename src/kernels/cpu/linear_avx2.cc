@@ -77,6 +77,15 @@ inline __m256 FinishEight(__m256 sums, bool round) {
   return _mm256_castsi256_ps(_mm256_blendv_epi8(u, _mm256_set1_epi32(0x7fc00000), nan));
 }
 
+// Each 128-bit lane of a, b, c, d transposed as a 4 x 4 matrix: out[j] holds element j of a, b,
+// c, d (in that order) in each lane, so elements j | j + 4 of the 8-element vectors.
+inline void TransposeLanes4(__m256 a, __m256 b, __m256 c, __m256 d, __m256 (&out)[4]) {
+  const __m256 t0 = _mm256_unpacklo_ps(a, b), t1 = _mm256_unpackhi_ps(a, b);
+  const __m256 t2 = _mm256_unpacklo_ps(c, d), t3 = _mm256_unpackhi_ps(c, d);
+  out[0] = _mm256_shuffle_ps(t0, t2, 0x44), out[1] = _mm256_shuffle_ps(t0, t2, 0xee);
+  out[2] = _mm256_shuffle_ps(t1, t3, 0x44), out[3] = _mm256_shuffle_ps(t1, t3, 0xee);
+}
+
 // ReduceLanesOf and Finish of 8 outputs at once (accumulator halves lo[k], hi[k] of output k), with
 // each output's operations in the same order: the pair sums, then the 8 x 8 transpose that puts
 // lane i of every output in one vector, then (i, i + 4), (i, i + 2), (i, i + 1) across vectors.
@@ -85,21 +94,15 @@ inline __m256 ReduceFinishEight(const float* const (&lo)[8], const float* const 
   __m256 a[8];
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) a[k] = PairSums<F>(_mm256_load_ps(lo[k]), _mm256_load_ps(hi[k]));
-  __m256 u[8];
-#pragma GCC unroll 4
-  for (int k = 0; k < 8; k += 4) {
-    const __m256 t0 = _mm256_unpacklo_ps(a[k], a[k + 1]), t1 = _mm256_unpackhi_ps(a[k], a[k + 1]);
-    const __m256 t2 = _mm256_unpacklo_ps(a[k + 2], a[k + 3]), t3 = _mm256_unpackhi_ps(a[k + 2], a[k + 3]);
-    u[k] = _mm256_shuffle_ps(t0, t2, 0x44);      // lanes 0 | 4 of outputs k..k+3
-    u[k + 1] = _mm256_shuffle_ps(t0, t2, 0xee);  // lanes 1 | 5
-    u[k + 2] = _mm256_shuffle_ps(t1, t3, 0x44);  // lanes 2 | 6
-    u[k + 3] = _mm256_shuffle_ps(t1, t3, 0xee);  // lanes 3 | 7
-  }
+  // Lanes i | i + 4 of outputs 0-3 (first) and 4-7 (second).
+  __m256 first[4], second[4];
+  TransposeLanes4(a[0], a[1], a[2], a[3], first);
+  TransposeLanes4(a[4], a[5], a[6], a[7], second);
   __m256 quarter[4];  // lane i + lane i + 4 of every output, i = 0..3
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
-    quarter[i] =
-        _mm256_add_ps(_mm256_permute2f128_ps(u[i], u[i + 4], 0x20), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    quarter[i] = _mm256_add_ps(_mm256_permute2f128_ps(first[i], second[i], 0x20),
+                               _mm256_permute2f128_ps(first[i], second[i], 0x31));
   }
   const __m256 half0 = _mm256_add_ps(quarter[0], quarter[2]), half1 = _mm256_add_ps(quarter[1], quarter[3]);
   return FinishEight(_mm256_add_ps(half0, half1), round);
@@ -157,22 +160,19 @@ inline void StorePairs(MatrixFormat f, const __m256 (&n)[4], float* xs) {
   } else if (f == MatrixFormat::kFP4Row32) {
     // Pair i is (8(i%4) + i/4, that + 4): the 4 x 8 matrix of the group transposed, columns 0-1 the
     // low evens, 2-3 the high evens, 4-5 and 6-7 the odds.
-    const __m256 t0 = _mm256_unpacklo_ps(n[0], n[1]), t1 = _mm256_unpackhi_ps(n[0], n[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(n[2], n[3]), t3 = _mm256_unpackhi_ps(n[2], n[3]);
-    const __m256 c04 = _mm256_shuffle_ps(t0, t2, 0x44), c15 = _mm256_shuffle_ps(t0, t2, 0xee);
-    const __m256 c26 = _mm256_shuffle_ps(t1, t3, 0x44), c37 = _mm256_shuffle_ps(t1, t3, 0xee);
-    even_lo = _mm256_permute2f128_ps(c04, c15, 0x20), odd_lo = _mm256_permute2f128_ps(c04, c15, 0x31);
-    even_hi = _mm256_permute2f128_ps(c26, c37, 0x20), odd_hi = _mm256_permute2f128_ps(c26, c37, 0x31);
+    __m256 c[4];  // columns j | j + 4
+    TransposeLanes4(n[0], n[1], n[2], n[3], c);
+    even_lo = _mm256_permute2f128_ps(c[0], c[1], 0x20), odd_lo = _mm256_permute2f128_ps(c[0], c[1], 0x31);
+    even_hi = _mm256_permute2f128_ps(c[2], c[3], 0x20), odd_hi = _mm256_permute2f128_ps(c[2], c[3], 0x31);
   } else if (f == MatrixFormat::kFP8Block32) {
     // Pairs (2i, 2i + 1), pair 2l in lane l and 2l + 1 in lane 8 + l: element 4l + j goes to lane l
     // of (even low, odd low, even high, odd high)[j], the 8 x 4 matrix of the group transposed.
     // Halves (rows l, l + 4) first, so that each 128-bit lane transposes on its own.
     const __m256 r04 = _mm256_permute2f128_ps(n[0], n[2], 0x20), r15 = _mm256_permute2f128_ps(n[0], n[2], 0x31);
     const __m256 r26 = _mm256_permute2f128_ps(n[1], n[3], 0x20), r37 = _mm256_permute2f128_ps(n[1], n[3], 0x31);
-    const __m256 t0 = _mm256_unpacklo_ps(r04, r15), t1 = _mm256_unpackhi_ps(r04, r15);
-    const __m256 t2 = _mm256_unpacklo_ps(r26, r37), t3 = _mm256_unpackhi_ps(r26, r37);
-    even_lo = _mm256_shuffle_ps(t0, t2, 0x44), odd_lo = _mm256_shuffle_ps(t0, t2, 0xee);
-    even_hi = _mm256_shuffle_ps(t1, t3, 0x44), odd_hi = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 c[4];
+    TransposeLanes4(r04, r15, r26, r37, c);
+    even_lo = c[0], odd_lo = c[1], even_hi = c[2], odd_hi = c[3];
   } else {  // BF16: pairs (2i, 2i + 1) in lane i: the evens and odds of the group apart
     const __m256 e01 = _mm256_shuffle_ps(n[0], n[1], 0x88), o01 = _mm256_shuffle_ps(n[0], n[1], 0xdd);
     const __m256 e23 = _mm256_shuffle_ps(n[2], n[3], 0x88), o23 = _mm256_shuffle_ps(n[2], n[3], 0xdd);
