@@ -568,7 +568,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   std::printf(
       "  DRAM read bandwidth   %10.2f GB/s      (1 GiB vectorised sum: median of %d passes between the "
       "phases, %.2f-%.2f)\n",
-      read_gb_s, bandwidth.passes, bandwidth.min / 1e9, bandwidth.max / 1e9);
+      read_gb_s, bandwidth.count, bandwidth.min / 1e9, bandwidth.max / 1e9);
   if (gemvs.gemv_calls > 0) {
     std::printf(
         "  best GEMV             %10.2f GB/s      (%.1f MB of weights; fastest of %lld batch-1 linears >= 1 MiB)\n",
@@ -679,7 +679,7 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"measured_read_gb_s", read_gb_s},
         {"measured_read_gb_s_min", bandwidth.min / 1e9},
         {"measured_read_gb_s_max", bandwidth.max / 1e9},
-        {"measured_read_passes", bandwidth.passes},
+        {"measured_read_passes", bandwidth.count},
         {"best_gemv_gb_s", best_gemv_gb_s},
         {"kernels", std::string(LinearKernelsName(isa, plan))},
         {"kernel_plan", std::string(Bf16DotName(plan))},

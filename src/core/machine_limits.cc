@@ -264,18 +264,19 @@ void ReadBandwidthProbe::Sample(int passes) {
   for (int i = 0; i < passes; ++i) passes_.push_back(Pass());
 }
 
-ReadBandwidthProbe::Summary ReadBandwidthProbe::summary() const {
-  Summary s;
-  if (passes_.empty()) return s;
-  std::vector<double> sorted = passes_;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  s.median = n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  s.min = sorted.front();
-  s.max = sorted.back();
-  s.passes = static_cast<int>(n);
+SampleSummary SummarizeSamples(std::vector<double> samples) {
+  SampleSummary s;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  s.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  s.min = samples.front();
+  s.max = samples.back();
+  s.count = static_cast<int>(n);
   return s;
 }
+
+ReadBandwidthProbe::Summary ReadBandwidthProbe::summary() const { return SummarizeSamples(passes_); }
 
 std::string_view PeakKindName(PeakKind kind) {
   switch (kind) {

@@ -19,6 +19,14 @@
 
 namespace deepinfer {
 
+// The median (the mean of the middle two for an even count), least and largest of repeated
+// samples of one measurement; all zero for none.
+struct SampleSummary {
+  double median = 0.0, min = 0.0, max = 0.0;
+  int count = 0;
+};
+SampleSummary SummarizeSamples(std::vector<double> samples);
+
 // ---- DRAM read bandwidth --------------------------------------------------------------------
 
 // Bytes per second read by `pool` summing `bytes` of memory (rounded up to whole 4 KiB pages;
@@ -33,10 +41,7 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes, int passes);
 // destroyed. Thread contract: one caller at a time.
 class ReadBandwidthProbe {
  public:
-  struct Summary {
-    double median = 0.0, min = 0.0, max = 0.0;  // bytes per second over every timed pass
-    int passes = 0;
-  };
+  using Summary = SampleSummary;  // bytes per second over every timed pass
   // Throws Error as MeasureReadBandwidth.
   ReadBandwidthProbe(ThreadPool& pool, size_t bytes);
   ~ReadBandwidthProbe();

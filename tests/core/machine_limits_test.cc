@@ -28,12 +28,12 @@ TEST(MachineLimits, ReadBandwidthIsPositiveAndFinite) {
 TEST(MachineLimits, ReadBandwidthProbeSummarisesEveryPass) {
   ThreadPool pool(2);
   ReadBandwidthProbe probe(pool, size_t{2} << 20);
-  EXPECT_EQ(probe.summary().passes, 0);
+  EXPECT_EQ(probe.summary().count, 0);
   EXPECT_EQ(probe.summary().median, 0.0);
   probe.Sample(3);
   probe.Sample(2);
   const ReadBandwidthProbe::Summary s = probe.summary();
-  EXPECT_EQ(s.passes, 5);
+  EXPECT_EQ(s.count, 5);
   EXPECT_GT(s.min, 0.0);
   EXPECT_LE(s.min, s.median);
   EXPECT_LE(s.median, s.max);
