@@ -107,7 +107,11 @@ void CpuBackend::Linear(const WeightMatrix& w, const Tensor& x, const Tensor& y,
       DenseLinear(w, x.host<float>(), m, y.host<float>(), numerics == LinearNumerics::kBf16, cpu_);
       break;
   }
-  if (timed) RecordLinear(w, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (timed) {
+    RecordLinear(w, m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    LinearRecord::Gemv& largest = linear_record_->largest_gemv[static_cast<int>(w.format)];
+    if (m == 1 && (largest.w.empty() || w.bytes() > largest.w.bytes())) largest = {w, numerics};
+  }
 }
 
 void CpuBackend::RecordLinear(const WeightMatrix& w, int64_t m, double seconds) {

@@ -21,7 +21,9 @@ namespace deepinfer {
 // (M <= kGemvMaxRows, >= kGemvMinBytes of weights), a second denominator beside the probe's DRAM
 // bandwidth that no background noise of the machine can inflate; and, in the forwards of exactly
 // `step_rows` rows (one decode batch size), every linear's time and weight bytes by weight format
-// and those forwards' own time: where a decode step's time goes.
+// and those forwards' own time: where a decode step's time goes. Also, per weight format, the
+// largest matrix a one-row Linear call read and its numerics, for `bench` to time those rows in
+// cache (the kernel's own speed, without DRAM).
 struct LinearRecord {
   static constexpr int64_t kGemvMaxRows = 4;
   static constexpr uint64_t kGemvMinBytes = uint64_t{1} << 20;
@@ -37,6 +39,11 @@ struct LinearRecord {
   std::array<FormatTime, kMatrixFormats> by_format;  // indexed by MatrixFormat
   int64_t forwards = 0;
   double forward_seconds = 0.0;  // BeginStep to EndStep
+  struct Gemv {
+    WeightMatrix w;  // empty: no one-row Linear of this format
+    LinearNumerics numerics = LinearNumerics::kCheckpoint;
+  };
+  std::array<Gemv, kMatrixFormats> largest_gemv;  // indexed by MatrixFormat
 };
 
 class CpuBackend final : public Backend {

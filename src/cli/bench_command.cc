@@ -1,6 +1,7 @@
 #include "cli/bench_command.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -412,6 +413,52 @@ PeakKind PeakKindFor(IsaLevel isa, Bf16Dot plan) {
   return PeakKind::kScalarFp32;
 }
 
+// The GEMVs in cache: a one-row Linear over the first rows of a matrix, about
+// kInCacheBytesPerThread per thread (beyond L2, within the L3 of the server parts we meet), called
+// over and over so that they stay in cache. Its weight bytes per second is the kernel's own speed
+// without DRAM: where it is below the DRAM bandwidth, that format's GEMV is bound by the core.
+// Sampled between the phases, as the bandwidth probe is, so that a minute of a noisy host does not
+// decide it.
+constexpr double kInCacheBytesPerThread = 2 << 20;
+constexpr int kInCacheSamplesBetween = 3;
+constexpr double kInCacheSampleSeconds = 5e-3;  // the least a sample takes
+
+struct GemvInCache {
+  std::vector<double> bytes_per_s;  // one per sample
+  int64_t rows = 0;                 // of the matrix's
+  uint64_t bytes = 0;               // of those rows
+};
+
+// `samples` more samples of `gemv`'s matrix in cache into `out`.
+void SampleGemvInCache(CpuBackend& backend, const LinearRecord::Gemv& gemv, int threads, int samples,
+                       GemvInCache& out) {
+  const WeightMatrix& w = gemv.w;
+  const double row_bytes = static_cast<double>(w.bytes()) / static_cast<double>(w.rows);
+  const int64_t rows =
+      std::clamp<int64_t>(static_cast<int64_t>(kInCacheBytesPerThread * threads / row_bytes), 1, w.rows);
+  const WeightMatrix slice = w.RowSlice(0, rows);
+  Workspace& workspace = backend.workspace();
+  const Workspace::Scope scope(workspace);
+  const Tensor x = workspace.Take<float>({1, w.cols});
+  const Tensor y = workspace.Take<float>({1, rows});
+  float* xs = x.host<float>();
+  for (int64_t k = 0; k < w.cols; ++k) xs[k] = std::ldexp(static_cast<float>(k % 61 - 30), -5);  // bf16-exact
+  const auto call = [&] { backend.Linear(slice, x, y, gemv.numerics); };
+  call();  // the rows into cache
+  Clock::time_point start = Clock::now();
+  call();
+  const double one_call = std::max(Seconds(start, Clock::now()), 1e-7);
+  const int64_t calls = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kInCacheSampleSeconds / one_call)));
+  for (int sample = 0; sample < samples; ++sample) {
+    start = Clock::now();
+    for (int64_t c = 0; c < calls; ++c) call();
+    out.bytes_per_s.push_back(static_cast<double>(slice.bytes()) * static_cast<double>(calls) /
+                              Seconds(start, Clock::now()));
+  }
+  out.rows = rows;
+  out.bytes = slice.bytes();
+}
+
 // Progress goes to stderr so stdout holds only the table (and the JSON line).
 void Progress(const std::string& what) { std::fprintf(stderr, "bench: %s...\n", what.c_str()); }
 
@@ -485,6 +532,19 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   const FlopCount flops = CountForwardFlops(config, 0, o.prefill_tokens);
   const double prefill_flops_per_s = static_cast<double>(flops.total()) / ttft_s;
 
+  // After each later phase: the bandwidth probe, and once batch 1 has run, its largest matrix of
+  // each format in cache.
+  std::array<LinearRecord::Gemv, kMatrixFormats> gemv_matrices{};
+  std::array<GemvInCache, kMatrixFormats> in_cache{};
+  const auto between_phases = [&] {
+    probe.Sample(kBandwidthBetweenPasses);
+    for (int f = 0; f < kMatrixFormats; ++f) {
+      if (!gemv_matrices[f].w.empty()) {
+        SampleGemvInCache(backend, gemv_matrices[f], pool.size(), kInCacheSamplesBetween, in_cache[f]);
+      }
+    }
+  };
+
   // Decode at each batch size, its linears timed by weight format. Batch 1's GEMV-shaped linears
   // give the best GEMV, a second denominator.
   std::vector<DecodeResult> decode;
@@ -499,7 +559,8 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     decode.back().serial_steps = backend.step_stats().serial_steps - before.serial_steps;
     decode.back().linears = linears;
     backend.RecordLinears(nullptr);
-    probe.Sample(kBandwidthBetweenPasses);
+    if (batch == 1) gemv_matrices = linears.largest_gemv;
+    between_phases();
   }
   // (ParseBenchOptions puts batch 1 in every run.)
   const DecodeResult& one =
@@ -515,14 +576,14 @@ int RunBenchCommand(const std::vector<std::string>& args) {
       Progress("decode, batch " + std::to_string(batch) + ", " + std::to_string(pool.size()) + " threads against one");
       comparisons.push_back(CompareThreads(*model, ctx, one_ctx, batch, o.warmup, o.decode_tokens));
     }
-    probe.Sample(kBandwidthBetweenPasses);
+    between_phases();
   }
 
   std::optional<SpeculativeResult> speculative;
   if (o.speculative) {
     Progress("speculative decode, batch 1");
     speculative = RunSpeculativeDecode(*model, ctx, o.speculative_length, o.forced_accepted, o.warmup, o.decode_tokens);
-    probe.Sample(kBandwidthBetweenPasses);
+    between_phases();
   }
 
   const ReadBandwidthProbe::Summary bandwidth = probe.summary();
@@ -556,6 +617,23 @@ int RunBenchCommand(const std::vector<std::string>& args) {
   };
   std::vector<FormatRows> by_format;
   for (const DecodeResult& d : decode) by_format.push_back(format_rows(d.linears));
+  // Batch 1's linears at the kernels' speeds: each format's bytes at the slower of its GEMV in
+  // cache and the DRAM bandwidth (the bandwidth alone for a format without a one-row Linear).
+  std::array<SampleSummary, kMatrixFormats> in_cache_rate{};  // bytes per second
+  for (int f = 0; f < kMatrixFormats; ++f) in_cache_rate[f] = SummarizeSamples(in_cache[f].bytes_per_s);
+  // Against the same bytes at the bandwidth alone: the most of the bandwidth these kernels allow.
+  double kernel_bound_s = 0.0, linears_at_bandwidth_s = 0.0;
+  for (int f = 0; f < kMatrixFormats; ++f) {
+    const LinearRecord::FormatTime& t = one.linears.by_format[f];
+    const double rate =
+        in_cache_rate[f].count == 0 ? bandwidth.median : std::min(in_cache_rate[f].median, bandwidth.median);
+    kernel_bound_s += static_cast<double>(t.bytes) / rate;
+    linears_at_bandwidth_s += static_cast<double>(t.bytes) / bandwidth.median;
+  }
+  const double forwards_of_one = static_cast<double>(std::max<int64_t>(1, one.linears.forwards));
+  kernel_bound_s /= forwards_of_one;
+  linears_at_bandwidth_s /= forwards_of_one;
+  const double kernel_bound_fraction = kernel_bound_s > 0.0 ? linears_at_bandwidth_s / kernel_bound_s : 0.0;
 
   std::printf("deepinfer bench: %s\n", model_dir.c_str());
   std::printf("  %d layers, hidden %lld, %d routed experts (top %d); %d threads, isa %s\n", config.num_layers,
@@ -573,6 +651,17 @@ int RunBenchCommand(const std::vector<std::string>& args) {
     std::printf(
         "  best GEMV             %10.2f GB/s      (%.1f MB of weights; fastest of %lld batch-1 linears >= 1 MiB)\n",
         best_gemv_gb_s, static_cast<double>(gemvs.best_gemv_bytes) / 1e6, static_cast<long long>(gemvs.gemv_calls));
+  }
+  for (int f = 0; f < kMatrixFormats; ++f) {
+    const SampleSummary& rate = in_cache_rate[f];
+    if (rate.count == 0) continue;
+    const WeightMatrix& w = gemv_matrices[f].w;
+    std::printf(
+        "  GEMV in cache, %-6s %10.2f GB/s      (M = 1 over rows 0-%lld of %lld x %lld, %.2f MB, again and again: "
+        "median of %d samples between the phases, %.2f-%.2f)\n",
+        MatrixFormatName(static_cast<MatrixFormat>(f)), rate.median / 1e9, static_cast<long long>(in_cache[f].rows - 1),
+        static_cast<long long>(w.rows), static_cast<long long>(w.cols), static_cast<double>(in_cache[f].bytes) / 1e6,
+        rate.count, rate.min / 1e9, rate.max / 1e9);
   }
   std::printf("  FLOP peak             %10.2f GFLOP/s   (%s, 12 chains per thread)\n", peak_flops / 1e9,
               std::string(PeakKindName(peak_kind)).c_str());
@@ -596,6 +685,10 @@ int RunBenchCommand(const std::vector<std::string>& args) {
                 roofline_s * 1e3, d.step_seconds / roofline_s);
   }
   std::printf("  (roofline: the longer of the step's bytes at the median bandwidth and its FLOPs at the peak)\n");
+  std::printf(
+      "  batch 1's linears at the kernels' speeds: %.3f ms (each format's bytes at the slower of its GEMV in cache "
+      "and the DRAM bandwidth: at most %.1f%% of the bandwidth); the step takes %.2fx that\n",
+      kernel_bound_s * 1e3, 100.0 * kernel_bound_fraction, one.step_seconds / kernel_bound_s);
   if (pool.size() > 1) {
     std::printf("  forwards on one thread, where the hand-offs cost more than the other threads save:");
     for (const DecodeResult& d : decode) {
@@ -698,8 +791,18 @@ int RunBenchCommand(const std::vector<std::string>& args) {
         {"decode_gb_s", gb_s(one)},
         {"decode_bandwidth_fraction", gb_s(one) / read_gb_s},
         {"decode_gemv_fraction", best_gemv_gb_s > 0 ? gb_s(one) / best_gemv_gb_s : 0.0},
+        {"decode_kernel_bound_ms", kernel_bound_s * 1e3},
+        {"decode_kernel_bound_ratio", one.step_seconds / kernel_bound_s},
+        {"decode_kernel_bound_bandwidth_fraction", kernel_bound_fraction},
         {"decode", per_batch},
     };
+    nlohmann::json in_cache_gb_s = nlohmann::json::object();
+    for (int f = 0; f < kMatrixFormats; ++f) {
+      if (in_cache_rate[f].count > 0) {
+        in_cache_gb_s[MatrixFormatName(static_cast<MatrixFormat>(f))] = in_cache_rate[f].median / 1e9;
+      }
+    }
+    j["gemv_in_cache_gb_s"] = in_cache_gb_s;
     nlohmann::json per_batch_formats = nlohmann::json::array();
     for (size_t i = 0; i < decode.size(); ++i) {
       nlohmann::json linears = nlohmann::json::object();
