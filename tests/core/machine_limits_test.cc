@@ -24,6 +24,20 @@ TEST(MachineLimits, ReadBandwidthIsPositiveAndFinite) {
   EXPECT_TRUE(std::isfinite(small));
 }
 
+TEST(MachineLimits, SummarizeSamplesGivesTheMedianAndTheRange) {
+  const SampleSummary even = SummarizeSamples({3.0, 10.0, 1.0, 2.0});
+  EXPECT_EQ(even.median, 2.5);  // the mean of the middle two
+  EXPECT_EQ(even.min, 1.0);
+  EXPECT_EQ(even.max, 10.0);
+  EXPECT_EQ(even.count, 4);
+  const SampleSummary odd = SummarizeSamples({5.0, 4.0, 9.0});
+  EXPECT_EQ(odd.median, 5.0);
+  EXPECT_EQ(odd.count, 3);
+  const SampleSummary none = SummarizeSamples({});
+  EXPECT_EQ(none.median, 0.0);
+  EXPECT_EQ(none.count, 0);
+}
+
 // The probe keeps every pass: its summary orders them and counts them across samples.
 TEST(MachineLimits, ReadBandwidthProbeSummarisesEveryPass) {
   ThreadPool pool(2);
